@@ -1,0 +1,63 @@
+"""The slow, general reader of one printed log dict (any version, any quirk).
+
+Contract: `find_dict(text)` locates the first `{'...': ...}` or `{"...": ...}` in a
+line (after tqdm `\\r` fragments, `[rank3]:` prefixes, timestamps, `> ` quotes)
+and returns (start, end) or None.  `parse_dict(text)` returns the key -> value
+mapping with values converted by `values.to_number` where numeric, else left as
+strings; it never raises.  Used for odd lines the vectorised path skips, for
+eval/summary dicts and for pasted text.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from diagnose.parse.values import to_number
+
+_PAIR = re.compile(
+    r"""(['"])(?P<key>[^'"]{1,80})\1\s*:\s*(?P<val>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|\{[^{}]*\}|\[[^\[\]]*\]|[^,{}]+)"""
+)
+_START = re.compile(r"""\{\s*['"][A-Za-z_]""")
+
+
+def find_dict(text: str) -> tuple[int, int] | None:
+    m = _START.search(text)
+    if not m:
+        return None
+    start = m.start()
+    depth = 0
+    for i in range(start, len(text)):
+        c = text[i]
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return start, i + 1
+    return start, len(text)  # unterminated (truncated or wrapped line)
+
+
+def parse_dict(text: str) -> dict[str, Any]:
+    span = find_dict(text)
+    if span is None:
+        return {}
+    body = text[span[0] + 1 : span[1] - (1 if text[span[1] - 1 : span[1]] == "}" else 0)]
+    out: dict[str, Any] = {}
+    for m in _PAIR.finditer(body):
+        key = m.group("key")
+        raw = m.group("val").strip()
+        if raw[:1] in "'\"" and raw[-1:] == raw[:1] and len(raw) >= 2:
+            inner = raw[1:-1]
+            num = to_number(inner)
+            out[key] = num if num is not None and not any(c in inner for c in "/%hms ") else inner
+        else:
+            num = to_number(raw)
+            if num is not None:
+                out[key] = num
+            elif raw in ("True", "False", "true", "false"):
+                out[key] = raw.lower() == "true"
+            elif raw in ("None", "null"):
+                out[key] = None
+            else:
+                out[key] = raw
+    return out

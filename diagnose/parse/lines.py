@@ -1,0 +1,289 @@
+"""Recognisers for the informative non-step lines ms-swift prints (all versions).
+
+Contract: `normalize(raw)` strips what wraps a line (ANSI colours, `> ` quotes
+from pasted issues, `[rank3]:` prefixes, leading timestamps) and keeps the last
+`\\r` fragment that carries text.  `InfoScanner.feed(lineno, text)` updates a
+`Run` in place: version line, `run sh:` argv, args dump (2.x single-line repr and
+3.x/4.x multi-line sorted form, Megatron repr), rank/world_size lines (both
+forms), `Dataset Token Length`, `model_parameter_info`, `model_info`,
+`output_dir`, `Setting args.X: Y`, multimodal env lines, run start/end markers,
+checkpoint saves, tqdm `Map (num_proc=N)` rates and the training progress bar,
+eval and summary dicts, Megatron 3.x pipe-separated iteration lines.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from diagnose.models import DatasetStats, ModelInfo, Run
+from diagnose.parse.args import parse_args_body, parse_run_sh
+from diagnose.parse.dicts import parse_dict
+from diagnose.parse.values import parse_duration, to_number
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_QUOTE = re.compile(r"^(?:\s{0,3}>\s?)+")
+_RANK = re.compile(r"^\[(?:rank|RANK)\s*\d+\]:\s?")
+_STAMP = re.compile(r"^\s*\[?\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\]?\s*(?:-\s*)?(?:\w+\s*-\s*)?")
+
+DATASET = re.compile(
+    r"Dataset Token Length: ([\d.]+)±([\d.]+), min=([\d.]+), max=([\d.]+), size=(\d+)"
+)
+PARAMS = re.compile(
+    r"(?:model_parameter_info: )?(\w+): ([\d.]+)M Params \(([\d.]+)M Trainable \[([\d.]+)%\]\), ([\d.]+)M Buffers"
+)
+RANK_LINE = re.compile(r"rank: (-?\d+), local_rank: (-?\d+), world_size: (\d+), local_world_size: (\d+)")
+VERSION = re.compile(r"swift\.__version__: (\d+\.\d+\.\d+\S*)")
+SETTING = re.compile(r"Setting args\.(\w+): (.+?)(?: because .*)?$")
+ENV_SET_1 = re.compile(r"Setting (\w+): ([^.\s]+(?:\.\d+)?)\. You can adjust this hyperparameter through the environment variable: `(\w+)`")
+ENV_SET_2 = re.compile(r"Using environment variable `(\w+)`, Setting (\w+): (\S+?)\.?$")
+MAP_BAR = re.compile(r"(Map|Filter|Running tokenizer[^:]*)(?: \(num_proc=(\d+)\))?:\s*(\d+)%\|.*?\|\s*(\d+)/(\d+) \[[^\]]*?,\s*([\d.]+)\s*(examples|ex|it)/s\]")
+TRAIN_BAR = re.compile(r"Train:\s*(\d+)%\|.*?\|\s*(\d+)/(\d+) \[")
+MEGATRON = re.compile(r"iteration\s+(\d+)/\s*(\d+)\s*\|")
+ITER_SPEED_IN_LINE = re.compile(r"(\d+)/(\d+) \[[^\]]*?([\d.]+)(s/it|it/s)\]")
+
+
+def normalize(raw: str) -> str:
+    s = raw
+    if "\x1b" in s:
+        s = _ANSI.sub("", s)
+    if "\r" in s:
+        frags = [f for f in s.split("\r") if f.strip()]
+        s = frags[-1] if frags else ""
+    s = _QUOTE.sub("", s)
+    s = _RANK.sub("", s)
+    if s[:1].isdigit() or s[:2] == "[2":
+        s = _STAMP.sub("", s, count=1)
+    return s.rstrip("\n")
+
+
+class InfoScanner:
+    def __init__(self, run: Run):
+        self.run = run
+        self._args_lines: list[str] | None = None
+        self._args_line = 0
+        self._args_class: str | None = None
+        self.megatron_rows: list[dict[str, Any]] = []
+        self.map_rates: list[dict[str, Any]] = []
+        self.progress: dict[str, Any] | None = None
+        self.checkpoints: list[dict[str, Any]] = []
+        self.layout_keys: list[list[str]] = []
+        self.clues: dict[str, Any] = {}
+
+    # --- args dump (multi-line) -------------------------------------------------
+    def _args_feed(self, lineno: int, s: str) -> bool:
+        if self._args_lines is None:
+            return False
+        t = s.strip()
+        if t == ")" or t.endswith(")") and "=" not in t:
+            self._finish_args()
+            return True
+        if "[INFO:" in s or "[WARNING:" in s or len(self._args_lines) > 2000:
+            self._finish_args()
+            return False
+        self._args_lines.append(t)
+        return True
+
+    def _finish_args(self) -> None:
+        body = "\n".join(self._args_lines or [])
+        self._apply_args(parse_args_body(body, multiline=True), self._args_class, self._args_line, "args dump (multi-line)")
+        self._args_lines = None
+
+    def _apply_args(self, values: dict[str, Any], cls: str | None, lineno: int, how: str) -> None:
+        launch = self.run.launch
+        launch.args_class = cls
+        launch.line = launch.line or lineno
+        for k, v in values.items():
+            if launch.flag_sources.get(k) != "argv":
+                launch.flags[k] = v
+                launch.flag_sources[k] = "args"
+        self.clues["args_shape"] = how
+        self.clues["args_keys"] = set(values)
+        self.clues["args_class"] = cls
+
+    # --- main entry -------------------------------------------------------------
+    def feed(self, lineno: int, raw: str) -> None:
+        if self._args_feed(lineno, raw):
+            return
+        s = normalize(raw)
+        if not s.strip():
+            return
+        run = self.run
+        if "run sh: `" in s:
+            parsed = parse_run_sh(s)
+            if parsed:
+                run.recognized = True
+                launch = run.launch
+                launch.argv = parsed["argv"]
+                launch.command = parsed["command"]
+                launch.launcher = parsed["launcher"]
+                launch.nproc_per_node = parsed.get("nproc_per_node")
+                launch.nnodes = parsed.get("nnodes")
+                launch.line = lineno
+                for k, v in parsed["flags"].items():
+                    launch.flags[k] = v
+                    launch.flag_sources[k] = "argv"
+            return
+        if "{'" in s or '{"' in s:
+            if self._dict_line(lineno, s):
+                return
+        if "swift" in s or "Arguments(" in s:
+            m = VERSION.search(s)
+            if m:
+                run.recognized = True
+                self.clues["version_line"] = m.group(1)
+                return
+            idx = s.find("args: ")
+            if idx >= 0 and "Arguments(" in s[idx:]:
+                run.recognized = True
+                rest = s[idx + 6 :].strip()
+                cls = rest.split("(", 1)[0]
+                if rest.endswith(")") and len(rest) > len(cls) + 2:  # single-line repr (2.x, Megatron)
+                    self._apply_args(parse_args_body(rest[len(cls) + 1 : -1], multiline=False), cls, lineno, "args repr (single-line)")
+                else:
+                    self._args_lines = []
+                    self._args_line = lineno
+                    self._args_class = cls
+                return
+        m = DATASET.search(s)
+        if m:
+            run.recognized = True
+            stats = DatasetStats(
+                mean=float(m.group(1)), std=float(m.group(2)), min=float(m.group(3)), max=float(m.group(4)),
+                size=int(m.group(5)), line=lineno,
+            )
+            if run.dataset is None:
+                run.dataset = stats
+            elif run.val_dataset is None:
+                run.val_dataset = stats.model_copy(update={"split": "val"})
+            return
+        if "M Params (" in s:
+            m = PARAMS.search(s)
+            if m:
+                run.recognized = run.recognized or "model_parameter_info" in s
+                info = run.model or ModelInfo()
+                info.cls, info.params_m, info.trainable_m = m.group(1), float(m.group(2)), float(m.group(3))
+                info.trainable_pct, info.buffers_m, info.line = float(m.group(4)), float(m.group(5)), lineno
+                run.model = info
+                return
+        if "model_info: ModelInfo(" in s:
+            info = run.model or ModelInfo()
+            body = s.split("ModelInfo(", 1)[1].rstrip(")")
+            info.fields = {k: str(v) for k, v in parse_args_body(body, multiline=False).items()}
+            run.model = info
+            return
+        if "world_size" in s:
+            m = RANK_LINE.search(s)
+            if m:
+                run.recognized = run.recognized or "[INFO:swift]" in s
+                run.world_size = int(m.group(3))
+                run.local_world_size = int(m.group(4))
+                self.clues["rank_line_prefixed"] = "[INFO:swift]" in s
+                return
+        if s.startswith("device_count: "):
+            n = to_number(s.split(":", 1)[1])
+            if isinstance(n, int):
+                run.device_count = n
+                self.clues["device_count_line"] = True
+            return
+        if "Setting args." in s:
+            m = SETTING.search(s)
+            if m:
+                run.settings[m.group(1)] = m.group(2).strip()
+                return
+        if "Using IterableDataset, setting args.dataloader_num_workers to 1" in s or "Using streaming dataset, setting args.dataloader_num_workers to 1" in s:
+            run.settings["dataloader_num_workers"] = "1"
+            run.settings["streaming_forced_workers"] = "1"
+            return
+        if "environment variable" in s:
+            m = ENV_SET_1.search(s)
+            if m:
+                run.env_settings[m.group(3)] = m.group(2)
+                return
+            m = ENV_SET_2.search(s)
+            if m:
+                run.env_settings[m.group(1)] = m.group(3)
+                return
+        if "output_dir: " in s and "[INFO:swift]" in s:
+            run.output_dir = s.split("output_dir: ", 1)[1].strip()
+            return
+        if "logging_path: " in s:
+            run.output_dir = run.output_dir or s.split("logging_path: ", 1)[1].strip().rsplit("/", 1)[0]
+            return
+        if "End time of running main" in s:
+            run.ended = True
+            return
+        if "Start time of running main" in s:
+            run.recognized = True
+            return
+        if "Saving model checkpoint to " in s or "last_model_checkpoint: " in s:
+            path = re.split(r"Saving model checkpoint to |last_model_checkpoint: ", s)[-1].strip()
+            m = re.search(r"checkpoint-(\d+)", path)
+            self.checkpoints.append({"path": path, "step": int(m.group(1)) if m else None, "line": lineno})
+            return
+        if "Using deepspeed: " in s:
+            run.settings["deepspeed_config"] = s.split("Using deepspeed: ", 1)[1][:2000]
+            return
+        if "iteration" in s and "|" in s:
+            m = MEGATRON.search(s)
+            if m:
+                self._megatron(lineno, s, m)
+                return
+        if "%|" in raw:
+            self._bars(lineno, raw)
+
+    def _dict_line(self, lineno: int, s: str) -> bool:
+        d = parse_dict(s)
+        if not d:
+            return False
+        run = self.run
+        if "train_runtime" in d:
+            run.summary = d
+            run.ended = True
+            return True
+        if any(k.startswith("eval_") for k in d):
+            d["_line"] = lineno
+            run.evals.append(d)
+            return True
+        return False
+
+    def _megatron(self, lineno: int, s: str, m: re.Match[str]) -> None:
+        row: dict[str, Any] = {"_line": lineno, "step": int(m.group(1)), "max_steps": int(m.group(2))}
+        for seg in s.split("|")[1:]:
+            if ":" not in seg:
+                continue
+            k, _, v = seg.partition(":")
+            row[k.strip()] = v.strip()
+        self.megatron_rows.append(row)
+        self.run.recognized = True
+
+    def _bars(self, lineno: int, raw: str) -> None:
+        frags = [f for f in _ANSI.sub("", raw).split("\r") if f.strip()]
+        for frag in reversed(frags):
+            m = MAP_BAR.search(frag)
+            if m:
+                self.map_rates.append({
+                    "what": m.group(1), "num_proc": int(m.group(2)) if m.group(2) else 1, "done": int(m.group(4)),
+                    "total": int(m.group(5)), "rate_per_s": float(m.group(6)), "line": lineno,
+                })
+                return
+            m = TRAIN_BAR.search(frag)
+            if m:
+                self.progress = {"step": int(m.group(2)), "total": int(m.group(3)), "line": lineno}
+                sp = ITER_SPEED_IN_LINE.search(frag)
+                if sp:
+                    v = float(sp.group(3))
+                    self.progress["s_per_it"] = v if sp.group(4) == "s/it" else (1 / v if v else None)
+                return
+
+
+def megatron_value(row: dict[str, Any], *names: str) -> float | None:
+    for n in names:
+        if n in row:
+            v = to_number(row[n])
+            if v is None:
+                v = parse_duration(row[n])
+            return v
+    return None
+
+
+__all__ = ["InfoScanner", "normalize", "megatron_value"]

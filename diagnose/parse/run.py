@@ -1,0 +1,305 @@
+"""The parser's spine: sources -> blocks -> (vectorised steps, text lines) -> Run.
+
+Contract: `parse_run(inputs, stdin=None) -> Run` and `parse_text(data) -> Run`
+(see `diagnose.parse`).  Steps come from the stdout capture when it has them
+(their line numbers point into it) and are refined with logging.jsonl's
+8-decimal values for the same steps; without a capture they come from
+logging.jsonl.  Version detection, world size, trainer kind and the `nan` event
+are settled here, once all sources are read.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from diagnose.models import DatasetStats, Event, ModelInfo, Run, StepsTable
+from diagnose.parse.args import load_args_json
+from diagnose.parse.dicts import find_dict, parse_dict
+from diagnose.parse.events import EventScanner
+from diagnose.parse.fastdict import scan_block
+from diagnose.parse.lines import DATASET, PARAMS, InfoScanner
+from diagnose.parse.sources import check_not_binary, iter_blocks, resolve_inputs
+from diagnose.parse.steps import StepRows
+from diagnose.parse.versions import detect_version
+
+_MAX_TEXT_LINE = 200_000  # longer physical lines are scanned on their head and tail only
+_SWIFT_KEYS = ("global_step/max_steps", "train_speed(iter/s)", "train_speed(s/it)", "iteration")
+
+
+class _StdoutResult:
+    def __init__(self, name: str, run: Run):
+        self.name = name
+        self.rows = StepRows()
+        self.info = InfoScanner(run)
+        self.events = EventScanner(name)
+        self.lines = 0
+        self.quoted: bool | None = None
+        self.first_dict_text: str | None = None
+
+
+def _scan_stdout(name: str, source: bytes | Path, run: Run) -> _StdoutResult:
+    res = _StdoutResult(name, run)
+    base = 0
+    for block in iter_blocks(source):
+        if base == 0:
+            check_not_binary(block[:65536], name)
+        scan = scan_block(block)
+        for keys, cols, lines in scan.groups:
+            res.rows.add_group(keys, cols, lines + base + 1)
+        nl = scan.newlines
+        starts = np.concatenate(([0], nl + 1))
+        ends = np.append(nl, len(block))
+        if res.quoted is None and (scan.groups or len(scan.odd_lines)):
+            i = int(np.flatnonzero(scan.dict_line_mask)[0])
+            text = block[starts[i] : ends[i]].decode("utf-8", "replace")
+            res.quoted = "'loss': '" in text
+            res.first_dict_text = text
+        odd = set(scan.odd_lines.tolist())
+        other = np.flatnonzero(~scan.dict_line_mask)
+        for i in sorted(odd | set(other.tolist())) if odd else other.tolist():
+            raw = block[starts[i] : ends[i]]
+            if len(raw) > _MAX_TEXT_LINE:
+                raw = raw[: _MAX_TEXT_LINE // 2] + b" ... " + raw[-_MAX_TEXT_LINE // 2 :]
+            text = raw.decode("utf-8", "replace").rstrip("\r")
+            lineno = base + i + 1
+            if i in odd:
+                _odd_dict(res, text, block, starts, ends, i, lineno)
+                continue
+            res.info.feed(lineno, text)
+            res.events.feed(lineno, _strip_prefix(text))
+        base += scan.n_lines
+    res.lines = base
+    return res
+
+
+_PREFIX = re.compile(r"^(?:\s{0,3}>\s?)*(?:\[(?:rank|RANK)\s*\d+\]:\s?)?")
+
+
+def _strip_prefix(text: str) -> str:
+    if "\x1b" in text:
+        text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
+    return _PREFIX.sub("", text, count=1)
+
+
+def _odd_dict(res: _StdoutResult, text: str, block: bytes, starts, ends, i: int, lineno: int) -> None:
+    span = find_dict(text)
+    if span and not text[: span[1]].rstrip().endswith("}"):
+        # wrapped (pasted) dict: join the following lines until the brace closes
+        joined = text
+        for j in range(i + 1, min(i + 5, len(starts))):
+            nxt = block[starts[j] : ends[j]].decode("utf-8", "replace")
+            joined += " " + _strip_prefix(nxt).strip()
+            if "}" in nxt:
+                break
+        text = joined
+        if "}" not in text[span[0] :]:
+            res.info.run.notes.append(f"line {lineno}: training dict cut off (truncated line?), values kept as far as read")
+    d = parse_dict(text)
+    if d:
+        res.rows.add_dict(d, lineno)
+
+
+def _apply_jsonl(path: Path, run: Run, clues: dict[str, Any]) -> StepRows:
+    rows = StepRows()
+    base = 0
+    for block in iter_blocks(path):
+        if base == 0:
+            check_not_binary(block[:65536], str(path))
+        scan = scan_block(block, quote=b'"')
+        for keys, cols, lines in scan.groups:
+            rows.add_group(keys, cols, lines + base + 1)
+        nl = scan.newlines
+        starts = np.concatenate(([0], nl + 1))
+        ends = np.append(nl, len(block))
+        odd = set(scan.odd_lines.tolist())
+        for i in np.flatnonzero(~scan.dict_line_mask).tolist() + sorted(odd):
+            raw = block[starts[i] : ends[i]].strip()
+            if not raw:
+                continue
+            try:
+                d = json.loads(raw)
+            except ValueError:
+                d = parse_dict(raw.decode("utf-8", "replace"))
+            if not isinstance(d, dict):
+                continue
+            if i in odd or ("loss" in d and ("global_step/max_steps" in d or "iteration" in d)):
+                rows.add_dict(d, base + i + 1)
+            elif "train_runtime" in d:
+                run.summary = run.summary or d
+            elif any(k.startswith("eval_") for k in d):
+                d["_line"] = base + i + 1
+                if not run.evals:
+                    run.evals.append(d)
+            elif "model_parameter_info" in d or "last_model_checkpoint" in d or "log_history" in d:
+                _run_summary(d, run, clues)
+        base += scan.n_lines
+    return rows
+
+
+def _run_summary(d: dict[str, Any], run: Run, clues: dict[str, Any]) -> None:
+    run.ended = True
+    if run.dataset is None and isinstance(d.get("train_dataset"), str):
+        m = DATASET.search("Dataset Token Length: " + d["train_dataset"]) or DATASET.search(d["train_dataset"])
+        if m:
+            run.dataset = DatasetStats(mean=float(m.group(1)), std=float(m.group(2)), min=float(m.group(3)),
+                                       max=float(m.group(4)), size=int(m.group(5)))
+    if (run.model is None or run.model.params_m is None) and isinstance(d.get("model_parameter_info"), str):
+        m = PARAMS.search(d["model_parameter_info"])
+        if m:
+            info = run.model or ModelInfo()
+            info.cls, info.params_m, info.trainable_m = m.group(1), float(m.group(2)), float(m.group(3))
+            info.trainable_pct, info.buffers_m = float(m.group(4)), float(m.group(5))
+            run.model = info
+    if d.get("last_model_checkpoint"):
+        run.checkpoints.append({"path": d["last_model_checkpoint"], "step": d.get("global_step"), "line": None})
+    mem = d.get("memory")
+    if isinstance(mem, (int, float)):
+        clues["summary_memory_gib"] = float(mem)
+
+
+def _merge_precise(table: StepsTable, precise: StepsTable) -> StepsTable:
+    """Overwrite stdout values with logging.jsonl's (8 decimals) for the same steps."""
+    if not len(table) or not len(precise):
+        return table
+    ps = precise["step"]
+    if np.isnan(ps).any() or (np.diff(ps) <= 0).any():
+        return table
+    pos = np.searchsorted(ps, table["step"])
+    pos = np.clip(pos, 0, len(ps) - 1)
+    hit = ps[pos] == table["step"]
+    if not hit.any():
+        return table
+    for c in ("loss", "grad_norm", "learning_rate", "token_acc", "memory_gib", "epoch", "train_speed_s_per_it",
+              "elapsed_s", "interval_s"):
+        src = precise[c][pos]
+        use = hit & precise.present(c)[pos] if c in ("loss", "grad_norm") else hit & ~np.isnan(src)
+        table.cols[c] = np.where(use, src, table.cols[c])
+    return table
+
+
+def parse_run(inputs: list[str], stdin: bytes | None = None) -> Run:
+    src = resolve_inputs(inputs, stdin)
+    run = Run(sources=[n for n, _ in src.stdout] + [str(p) for p in src.jsonl] + [str(p) for p in src.args])
+    clues: dict[str, Any] = {"files": sorted(src.file_names)}
+    best: _StdoutResult | None = None
+    events: list[Event] = []
+    total = 0
+    for name, source in src.stdout:
+        res = _scan_stdout(name, source, run)
+        total += res.lines
+        events.extend(res.events.events)
+        clues.update(res.info.clues)
+        if best is None or len(res.rows) + len(res.info.megatron_rows) > len(best.rows) + len(best.info.megatron_rows):
+            best = res
+    for p in src.args:
+        data = load_args_json(p)
+        if data:
+            run.recognized = True
+            if data.get("swift_version"):
+                clues["args_json_version"] = data["swift_version"]
+            clues.setdefault("args_keys", set(data))
+            for k, v in data.items():
+                if run.launch.flag_sources.get(k) != "argv":
+                    run.launch.flags[k] = v
+                    run.launch.flag_sources[k] = p.name
+    jsonl_rows = [_apply_jsonl(p, run, clues) for p in src.jsonl]
+    run.total_lines = total
+    start_step = _start_step(run)
+    table = StepsTable()
+    layouts: list[list[str]] = []
+    if best is not None:
+        for r in best.info.megatron_rows:
+            best.rows.add_megatron(r)
+        if best.info.megatron_rows:
+            clues["megatron"] = "pipe_mem" if any("memory(GiB)" in r for r in best.info.megatron_rows) else "pipe"
+        table = best.rows.build(start_step)
+        layouts = best.rows.layouts
+        run.line_file = best.name
+        clues["quoted"] = bool(best.quoted)
+        _finish_info(run, best.info, clues)
+    if jsonl_rows:
+        jr = max(jsonl_rows, key=len)
+        jt = jr.build(start_step)
+        if len(table):
+            table = _merge_precise(table, jt)
+        elif len(jt):
+            table = jt
+            run.line_file = str(src.jsonl[jsonl_rows.index(jr)])
+        layouts = layouts or jr.layouts
+    run.steps = table
+    clues["layouts"] = layouts
+    if any("iteration" in k for k in layouts):
+        clues["megatron"] = "dict"
+    clues["argv_flags"] = list(run.launch.flags) if run.launch.argv else []
+    if layouts and any(any(k in keys for k in _SWIFT_KEYS) for keys in layouts):
+        run.recognized = True
+    run.swift_version, run.version_clue = detect_version(clues) if run.recognized else (None, None)
+    if run.recognized:
+        run.trainer = "ms-swift-megatron" if clues.get("megatron") or (run.launch.command or "").startswith("megatron") else "ms-swift"
+    elif len(table):
+        run.trainer = "hf-trainer"
+        run.notes.append("not an ms-swift log: HF Trainer-style dicts read partially (no step numbers or speed keys)")
+    events.extend(_nan_event(run))
+    run.events = sorted(events, key=lambda e: (e.file != run.line_file, e.line))
+    if events and not run.recognized:
+        run.recognized = any(e.kind in ("cuda_oom", "nccl_timeout", "nccl_error", "nccl_rtx40", "bus_error",
+                                        "bad_args", "host_oom", "child_failed") for e in events)
+    _world_size(run)
+    if isinstance(run.launch.flags.get("output_dir"), str) and not run.output_dir:
+        run.output_dir = run.launch.flags["output_dir"]
+    return run
+
+
+def _start_step(run: Run) -> float:
+    """ms-swift 3.12.5+/4.x count s/it from the step training (re)started at."""
+    return 0.0
+
+
+def _finish_info(run: Run, info: InfoScanner, clues: dict[str, Any]) -> None:
+    if info._args_lines is not None:  # dump ran to the end of the capture
+        info._finish_args()
+        clues.update(info.clues)
+    run.preprocess = info.map_rates
+    run.progress = info.progress
+    run.checkpoints = info.checkpoints
+
+
+def _nan_event(run: Run) -> list[Event]:
+    t = run.steps
+    if not len(t):
+        return []
+    bad = np.zeros(len(t), bool)
+    for c in ("loss", "grad_norm"):
+        bad |= t.present(c) & ~np.isfinite(t[c])
+    if not bad.any():
+        return []
+    i = int(np.flatnonzero(bad)[0])
+    r = t.row(i)
+    text = "step {}: loss={}, grad_norm={}".format(r.get("step", "?"), _fmt(t["loss"][i]), _fmt(t["grad_norm"][i]))
+    return [Event(kind="nan", line=int(t["line"][i]), text=text, file=run.line_file,
+                  detail={"step": r.get("step"), "count": int(bad.sum()), "rows": len(t)})]
+
+
+def _fmt(v: float) -> str:
+    return "nan" if math.isnan(v) else repr(float(v))
+
+
+def _world_size(run: Run) -> None:
+    if run.world_size is None and run.launch.launcher == "torchrun" and run.launch.nproc_per_node:
+        run.world_size = run.launch.nproc_per_node * (run.launch.nnodes or 1)
+    if run.world_size is None and "world_size" in run.launch.flags and isinstance(run.launch.flags["world_size"], int):
+        run.world_size = run.launch.flags["world_size"]
+
+
+def parse_text(data: str | bytes, name: str = "<text>") -> Run:
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    return parse_run(["-"], stdin=data)
+
+
+__all__ = ["parse_run", "parse_text"]
