@@ -91,17 +91,17 @@ SIGNATURES: list[tuple[str, re.Pattern[str], Any]] = [
     ("host_oom", re.compile(
         r"^\s*Killed\s*$|exitcode\s*:\s*-9\b|killed by signal: Killed|Signal 9 \(SIGKILL\)|^\s*MemoryError\b"
         r"|Cannot allocate memory|std::bad_alloc|DefaultCPUAllocator: can't allocate memory"), _exitcode_detail),
-    ("ib_error", re.compile(r"\bibv_\w+ failed|NET/IB\s*:.*(?:error|failed|Got async event)|IB(?:V)? error", re.I), None),
+    ("ib_error", re.compile(r"\bibv_\w+ failed|NCCL WARN NET/IB|NET/IB\s*:.*(?:error|failed|unable|Got async event)|IBV? error", re.I), None),
     ("nccl_error", re.compile(
         r"DistBackendError|NCCL error|unhandled system error|ncclSystemError|ncclInternalError|ncclRemoteError"
         r"|NCCL communicator was aborted|NCCL WARN"), None),
     ("allocator_flush", re.compile(r"pytorch allocator cache flushes"), None),
     ("nan", re.compile(r"Unexpected result nan|found NaN in local grad norm|Rank \d+: found NaN"), None),
-    ("bad_args", re.compile(r"remaining_argv"), None),
+    ("bad_args", re.compile(r"remaining_argv: \[|ValueError: remaining_argv"), None),
     ("signal", re.compile(
         r"Received \d+ death signal|SignalException: Process \d+ got signal|^\s*KeyboardInterrupt\b"
         r"|Signal (?:1|2|15) \((?:SIGHUP|SIGINT|SIGTERM)\) received|got signal: (?:1|2|15)\b"), _signal_detail),
-    ("child_failed", re.compile(r"ChildFailedError"), None),
+    ("child_failed", re.compile(r"ChildFailedError:"), None),
 ]
 
 # cheap prefilter: a line without any of these words cannot carry an event

@@ -32,7 +32,7 @@ PARAMS = re.compile(
     r"(?:model_parameter_info: )?(\w+): ([\d.]+)M Params \(([\d.]+)M Trainable \[([\d.]+)%\]\), ([\d.]+)M Buffers"
 )
 RANK_LINE = re.compile(r"rank: (-?\d+), local_rank: (-?\d+), world_size: (\d+), local_world_size: (\d+)")
-VERSION = re.compile(r"swift\.__version__: (\d+\.\d+\.\d+\S*)")
+VERSION = re.compile(r"swift\.__version__: (\d+\.\d+\.\d+(?:\.?(?:post|dev|rc)\d+)?)")
 SETTING = re.compile(r"Setting args\.(\w+): (.+?)(?: because .*)?$")
 ENV_SET_1 = re.compile(r"Setting (\w+): ([^.\s]+(?:\.\d+)?)\. You can adjust this hyperparameter through the environment variable: `(\w+)`")
 ENV_SET_2 = re.compile(r"Using environment variable `(\w+)`, Setting (\w+): (\S+?)\.?$")

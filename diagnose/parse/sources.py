@@ -48,11 +48,21 @@ def _newest_version_dir(d: Path) -> Path | None:
     return found
 
 
+_CONTROL = bytes(range(0, 9)) + bytes(range(14, 27)) + bytes(range(28, 32))
+
+
 def check_not_binary(head: bytes, name: str) -> None:
+    """Text logs (UTF-8, GBK, latin-1, with ANSI colours and \\r) have no NULs and few control bytes."""
     if not head:
         return
-    if head.count(b"\0") > max(1, len(head) // 100):
+    ctrl = len(head) - len(head.translate(None, _CONTROL))
+    if b"\0" in head or ctrl > len(head) // 20:
         raise InputError(f"{name}: binary data, not a text log", hint="give the stdout/stderr capture or logging.jsonl")
+
+
+def check_not_empty(size: int, name: str) -> None:
+    if size == 0:
+        raise InputError(f"{name}: empty file", hint="the capture has no content yet; is the job writing elsewhere?")
 
 
 def _add_dir(d: Path, src: Sources) -> None:
@@ -86,6 +96,7 @@ def resolve_inputs(inputs: list[str], stdin: bytes | None = None) -> Sources:
     for raw in inputs:
         if raw == "-":
             data = stdin if stdin is not None else b""
+            check_not_empty(len(data), "<stdin>")
             check_not_binary(data[:65536], "<stdin>")
             src.stdout.append(("<stdin>", data))
             continue
@@ -106,6 +117,7 @@ def resolve_inputs(inputs: list[str], stdin: bytes | None = None) -> Sources:
                 head = f.read(65536)
         except OSError as e:
             raise InputError(f"{raw}: cannot read ({e.strerror})") from None
+        check_not_empty(len(head), raw)
         check_not_binary(head, raw)
         src.file_names.add(p.name)
         if p.suffix == ".jsonl":

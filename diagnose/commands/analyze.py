@@ -1,0 +1,82 @@
+"""`swiftdoc analyze PATH...`: what holds the run back or what killed it, with evidence and remedies.
+
+Exit codes: 0 ran (whatever the verdict); 1 with --fail-on SEVERITY when a finding
+reaches it; 2 bad input or usage; 3 missing environment (e.g. matplotlib for --plot).
+Never imports torch, swift or pynvml.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from diagnose.commands.common import add_input_args, read_run
+from diagnose.errors import UsageError
+
+HELP = "diagnose a run"
+_SEV = {"info": 1, "warning": 2, "error": 3}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_input_args(parser)
+    parser.add_argument("--format", choices=["text", "json", "markdown"], default="text")
+    parser.add_argument("--gpu", help="GPU model for capacity and MFU, e.g. A100-80GB, H100, RTX4090")
+    parser.add_argument("--cpu-cores", type=int, help="CPU cores of the training machine (for worker suggestions)")
+    parser.add_argument("--samples", help="NVML samples file (swiftdoc sample / attach); found next to the log by default")
+    parser.add_argument("--param", action="append", default=[], metavar="RULE.param=VALUE",
+                        help="override a rule threshold, e.g. DL001.max_util=40 (repeatable)")
+    parser.add_argument("--fail-on", choices=["info", "warning", "error"], help="exit 1 when a finding reaches this severity")
+    parser.add_argument("--plot", metavar="FILE.png", help="write a timeline plot with the findings marked")
+    parser.add_argument("--features", action="store_true", help="include every feature value in the JSON output")
+
+
+def _samples(args: argparse.Namespace) -> dict | None:
+    path = args.samples
+    if path is None:
+        try:
+            from diagnose.nvml.samples import find_samples_near
+        except ImportError:
+            return None
+        for p in args.inputs:
+            if p != "-":
+                found = find_samples_near(Path(p))
+                if found:
+                    path = str(found)
+                    break
+    if path is None:
+        return None
+    from diagnose.nvml.samples import load_samples
+
+    return load_samples(Path(path)).summary()
+
+
+def run(args: argparse.Namespace) -> int:
+    from diagnose.features.gpu import GPUS, normalize_gpu
+    from diagnose.pipeline import AnalyzeOptions, analyze_run
+
+    if args.gpu and normalize_gpu(args.gpu) is None:
+        raise UsageError(f"unknown --gpu '{args.gpu}'", hint="known: " + ", ".join(GPUS))
+    r = read_run(args.inputs)
+    diag = analyze_run(r, samples=_samples(args),
+                       options=AnalyzeOptions(gpu=args.gpu, cpu_cores=args.cpu_cores, params=args.param))
+    if args.format == "json":
+        from diagnose.render.analysis_json import diagnosis_json
+
+        json.dump(diagnosis_json(diag, r, features=args.features), sys.stdout, ensure_ascii=False)
+        sys.stdout.write("\n")
+    elif args.format == "markdown":
+        from diagnose.render.analysis_markdown import diagnosis_markdown
+
+        sys.stdout.write(diagnosis_markdown(diag, r))
+    else:
+        from diagnose.render.analysis_console import print_diagnosis
+
+        print_diagnosis(diag, r, verbose=args.verbose)
+    if args.plot:
+        from diagnose.render.plot import plot_timeline
+
+        plot_timeline(r, diag, args.plot)
+    if args.fail_on and any(_SEV[f.severity] >= _SEV[args.fail_on] for f in diag.findings):
+        return 1
+    return 0

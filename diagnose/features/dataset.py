@@ -1,0 +1,104 @@
+"""Dataset features from `Dataset Token Length` and the preprocessing progress bars.
+
+Padding waste model: without packing/padding_free each micro-batch is padded to
+its longest row, so waste ≈ 1 − mean ÷ E[max of B rows], with E[max] ≈
+mean + std·c(B) (c = expected maximum of B standard normals), capped at max.
+"""
+from __future__ import annotations
+
+from diagnose.features.registry import Ctx, feature
+
+FAMILY = "dataset"
+# expected maximum of B iid standard normals
+_EMAX = {1: 0.0, 2: 0.564, 3: 0.846, 4: 1.029, 5: 1.163, 6: 1.267, 8: 1.424, 10: 1.539, 16: 1.766, 32: 2.043, 64: 2.290}
+
+
+def expected_max_z(b: int) -> float:
+    if b in _EMAX:
+        return _EMAX[b]
+    keys = sorted(_EMAX)
+    lo = max(k for k in keys if k <= b) if b >= 1 else 1
+    hi = min((k for k in keys if k >= b), default=keys[-1])
+    if hi == lo:
+        return _EMAX[lo]
+    return _EMAX[lo] + (_EMAX[hi] - _EMAX[lo]) * (b - lo) / (hi - lo)
+
+
+def _ds(ctx: Ctx):
+    return ctx.run.dataset
+
+
+@feature("token_len_mean", "tokens", "Mean sequence length (prompt + response) of the training set.", FAMILY)
+def _mean(ctx: Ctx):
+    d = _ds(ctx)
+    return (d.mean, [d.line] if d.line else []) if d else None
+
+
+@feature("token_len_max", "tokens", "Longest training sequence.", FAMILY)
+def _max(ctx: Ctx):
+    d = _ds(ctx)
+    return (d.max, [d.line] if d.line else []) if d else None
+
+
+@feature("token_len_p99_est", "tokens", "Estimated 99th percentile length: mean + 2.33·std, capped at the max.", FAMILY)
+def _p99(ctx: Ctx):
+    d = _ds(ctx)
+    return (min(d.max, d.mean + 2.33 * d.std), [d.line] if d.line else []) if d else None
+
+
+@feature("dataset_size", "rows", "Training rows after filtering (size= in Dataset Token Length).", FAMILY)
+def _size(ctx: Ctx):
+    d = _ds(ctx)
+    return d.size if d else None
+
+
+@feature("padding_waste_frac", "fraction",
+         "Share of computed tokens that are padding (0 with packing/padding_free or batch 1).", FAMILY)
+def _waste(ctx: Ctx):
+    d = _ds(ctx)
+    if d is None:
+        return None
+    if ctx.get("packing") or ctx.get("padding_free"):
+        return 0.0
+    b = ctx.get("per_device_train_batch_size")
+    if b is None:
+        return None
+    if b <= 1 or d.mean <= 0:
+        return 0.0
+    emax = min(d.max, d.mean + d.std * expected_max_z(int(b)))
+    return (max(0.0, 1.0 - d.mean / emax) if emax > 0 else None), [d.line] if d.line else []
+
+
+@feature("max_length_over_longest", "ratio", "--max_length ÷ the longest sample (≫1: the cap is far above the data).", FAMILY)
+def _ml_ratio(ctx: Ctx):
+    d, ml = _ds(ctx), ctx.get("max_length")
+    if d is None or not ml or d.max <= 0:
+        return None
+    return ml / d.max, [d.line] if d.line else []
+
+
+@feature("preprocess_rate_min_per_s", "rows/s", "Slowest `Map`/`Filter` preprocessing rate seen in progress bars.", FAMILY)
+def _rate(ctx: Ctx):
+    rates = [r for r in ctx.run.preprocess if r.get("rate_per_s")]
+    if not rates:
+        return None
+    r = min(rates, key=lambda r: r["rate_per_s"])
+    return r["rate_per_s"], [r["line"]]
+
+
+@feature("preprocess_num_proc", "processes", "num_proc of the slowest preprocessing bar (dataset_num_proc).", FAMILY)
+def _np(ctx: Ctx):
+    rates = [r for r in ctx.run.preprocess if r.get("rate_per_s")]
+    if not rates:
+        v = ctx.flag("dataset_num_proc", "preprocess_num_proc")
+        return int(v) if isinstance(v, (int, float)) else None
+    return min(rates, key=lambda r: r["rate_per_s"])["num_proc"]
+
+
+@feature("preprocess_eta_s", "s", "Estimated time the slowest preprocessing pass takes for the whole dataset.", FAMILY)
+def _eta(ctx: Ctx):
+    rates = [r for r in ctx.run.preprocess if r.get("rate_per_s")]
+    if not rates:
+        return None
+    r = min(rates, key=lambda r: r["rate_per_s"])
+    return r["total"] / r["rate_per_s"] if r["rate_per_s"] > 0 else None

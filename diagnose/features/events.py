@@ -1,0 +1,166 @@
+"""Event features: what errors the logs show, where, and where the run stopped.
+
+Units: `_count` are occurrences (rank repeats folded), `_line` a 1-based line.
+"""
+from __future__ import annotations
+
+from diagnose.features.registry import Ctx, feature
+
+FAMILY = "events"
+KINDS = ("cuda_oom", "host_oom", "nccl_timeout", "nccl_error", "nccl_rtx40", "ib_error", "bus_error",
+         "allocator_flush", "child_failed", "signal", "bad_args", "traceback", "nan")
+
+
+def _events(ctx: Ctx, kind: str):
+    return [e for e in ctx.run.events if e.kind == kind]
+
+
+def _make(kind: str):
+    def fn(ctx: Ctx):
+        evs = _events(ctx, kind)
+        n = sum(int(e.detail.get("repeats", 1)) for e in evs) if kind != "nan" else len(evs)
+        return n, [e.line for e in evs[:5]]
+
+    return fn
+
+
+for _k in KINDS:
+    feature(f"{_k}_count", "count", f"Number of `{_k}` events found in the logs (repeats from several ranks folded).", FAMILY)(_make(_k))
+
+
+@feature("error_event_count", "count", "Events that stop a run: every kind except nan, allocator_flush and traceback.", FAMILY)
+def _errors(ctx: Ctx):
+    return sum(1 for e in ctx.run.events if e.kind not in ("nan", "allocator_flush", "traceback"))
+
+
+@feature("fatal_traceback", "text", "Final exception line of the first Python traceback that matched no specific signature.", FAMILY)
+def _tb(ctx: Ctx):
+    evs = _events(ctx, "traceback")
+    return (evs[0].text, [evs[0].line]) if evs else None
+
+
+@feature("oom_capacity_gib", "GiB", "GPU capacity quoted by a CUDA OOM message ('total capacity of X GiB').", FAMILY)
+def _oom_cap(ctx: Ctx):
+    for e in _events(ctx, "cuda_oom"):
+        if "capacity_gib" in e.detail:
+            return e.detail["capacity_gib"], [e.line]
+    return None
+
+
+@feature("oom_tried_gib", "GiB", "Allocation that failed in the first CUDA OOM ('Tried to allocate X').", FAMILY)
+def _oom_tried(ctx: Ctx):
+    for e in _events(ctx, "cuda_oom"):
+        if "tried_gib" in e.detail:
+            return e.detail["tried_gib"], [e.line]
+    return None
+
+
+def _phase_at(ctx: Ctx, line: int) -> str:
+    """Where in the run a line sits: before_step_1, first_step, eval, save, mid_run."""
+    run = ctx.run
+    t = run.steps
+    before = t["line"][t["line"] < line] if len(t) else []
+    if len(before) == 0:
+        return "before_step_1"
+    last_step_line = float(before[-1])
+    ev_lines = [e.get("_line") for e in run.evals if isinstance(e.get("_line"), int)]
+    if any(last_step_line < el < line for el in ev_lines):
+        return "eval"
+    saves = [c for c in run.checkpoints if c.get("line") and last_step_line < c["line"] < line]
+    if saves:
+        return "save"
+    if len(before) <= 1:
+        return "first_step"
+    return "mid_run"
+
+
+@feature("oom_phase", "enum", "Where the first CUDA OOM happened: before_step_1, first_step, mid_run, eval or save.", FAMILY)
+def _oom_phase(ctx: Ctx):
+    evs = _events(ctx, "cuda_oom")
+    if not evs:
+        return None
+    return _phase_at(ctx, evs[0].line), [evs[0].line]
+
+
+@feature("stop_signal", "text", "Signal that ended the run (SIGTERM, SIGHUP, SIGINT, SIGKILL) when the logs say so.", FAMILY)
+def _sig(ctx: Ctx):
+    for e in _events(ctx, "signal"):
+        name = e.detail.get("name") or {1: "SIGHUP", 2: "SIGINT", 9: "SIGKILL", 15: "SIGTERM"}.get(e.detail.get("signal"))
+        return (name or "signal"), [e.line]
+    return None
+
+
+@feature("run_ended", "bool", "The run finished: the final summary dict or 'End time of running main' was printed.", FAMILY)
+def _ended(ctx: Ctx):
+    return bool(ctx.run.ended)
+
+
+@feature("stop_phase", "enum", "Where an unfinished run stopped: before_step_1, first_100_steps, mid_run or at_save.", FAMILY)
+def _stop_phase(ctx: Ctx):
+    run = ctx.run
+    if run.ended:
+        return None
+    t = run.steps
+    if not len(t):
+        return "before_step_1"
+    last_line = int(t["line"][-1])
+    if any(c.get("line") and c["line"] > last_line for c in run.checkpoints):
+        return "at_save", [last_line]
+    last = t.last() or {}
+    step = last.get("step")
+    if step is not None and step <= 100:
+        return "first_100_steps", [last_line]
+    return "mid_run", [last_line]
+
+
+@feature("last_checkpoint", "path", "Newest checkpoint the logs show was saved (resume point).", FAMILY)
+def _ckpt(ctx: Ctx):
+    cps = [c for c in ctx.run.checkpoints if c.get("path")]
+    if not cps:
+        return None
+    best = max(cps, key=lambda c: (c.get("step") or -1))
+    return best["path"], [best["line"]] if best.get("line") else []
+
+
+@feature("live", "bool", "The job is still running (attach): an unfinished log is not an interruption.", FAMILY)
+def _live(ctx: Ctx):
+    return bool(ctx.options.live)
+
+
+_CONFIG_ERRORS = [
+    ("deepspeed_device_map", ("DeepSpeed is not compatible with `device_map`", "DeepSpeed is not compatible with device_map")),
+    ("packing_needs_flash", ('"packing" feature requires a flash attention', "packing\" needs to be used in conjunction")),
+    ("padding_free_needs_flash", ('"padding_free" feature requires a flash attention', "padding_free\" needs to be used in conjunction")),
+    ("packing_lazy_tokenize", ("Packing and lazy_tokenize are incompatible",)),
+    ("streaming_lazy_tokenize", ("Streaming and lazy_tokenize are incompatible",)),
+    ("liger_device_map", ("liger_kernel does not support device_map",)),
+    ("max_steps_required", ("max_steps", "streaming")),
+]
+
+
+@feature("config_error", "enum", "A known configuration error message ms-swift raised (deepspeed_device_map, packing_needs_flash, ...).", FAMILY)
+def _cfg_err(ctx: Ctx):
+    for e in ctx.run.events:
+        if e.kind not in ("traceback", "bad_args"):
+            continue
+        for name, needles in _CONFIG_ERRORS:
+            if name == "max_steps_required":
+                if "max_steps" in e.text and "streaming" in e.text.lower():
+                    return name, [e.line]
+                continue
+            if any(n in e.text for n in needles):
+                return name, [e.line]
+    return None
+
+
+@feature("rejected_flags", "list", "Flags ms-swift refused at argument parsing (from `remaining_argv: [...]`).", FAMILY)
+def _rejected(ctx: Ctx):
+    import re
+
+    out: list[str] = []
+    lines: list[int] = []
+    for e in ctx.run.events:
+        if e.kind == "bad_args":
+            out += [f for f in re.findall(r"'(--[\w.-]+)'", e.text) if f not in out]
+            lines.append(e.line)
+    return (out, lines) if out else ([] if ctx.run.recognized else None)

@@ -1,0 +1,142 @@
+"""GPU features: the card (from --gpu or NVML samples), utilisation, PCIe, power, MFU.
+
+MFU ≈ FLOPs per token × tokens/s ÷ (GPUs × dense bf16 peak).  FLOPs per token:
+6·P for full training; for LoRA-style tuning 4·P_frozen + 6·P_trainable (frozen
+weights get no weight gradient); + 2·P with gradient checkpointing (forward
+recomputed).  Peak figures are the vendor's dense bf16 tensor numbers.
+"""
+from __future__ import annotations
+
+import re
+
+from diagnose.features.registry import Ctx, feature
+
+FAMILY = "gpu"
+
+# name -> (memory GiB, dense bf16 TFLOP/s (fp16 where no bf16), bf16 supported)
+GPUS: dict[str, tuple[float, float, bool]] = {
+    "H200": (141.0, 989.0, True),
+    "H100-SXM": (80.0, 989.0, True),
+    "H100-PCIE": (80.0, 756.0, True),
+    "H800": (80.0, 989.0, True),
+    "H20": (96.0, 148.0, True),
+    "A100-80GB": (80.0, 312.0, True),
+    "A100-40GB": (40.0, 312.0, True),
+    "A800-80GB": (80.0, 312.0, True),
+    "L40S": (48.0, 362.0, True),
+    "L40": (48.0, 181.0, True),
+    "L20": (48.0, 119.0, True),
+    "A6000": (48.0, 155.0, True),
+    "A40": (48.0, 150.0, True),
+    "A10": (24.0, 125.0, True),
+    "RTX4090": (24.0, 165.0, True),
+    "RTX4080": (16.0, 97.0, True),
+    "RTX3090": (24.0, 71.0, True),
+    "V100-32GB": (32.0, 125.0, False),
+    "V100-16GB": (16.0, 125.0, False),
+    "T4": (16.0, 65.0, False),
+}
+_ALIASES = {"H100": "H100-SXM", "A100": "A100-80GB", "A800": "A800-80GB", "V100": "V100-32GB", "4090": "RTX4090",
+            "3090": "RTX3090", "4080": "RTX4080"}
+
+
+def normalize_gpu(name: str) -> str | None:
+    """'NVIDIA A100-SXM4-80GB' / 'a100-80gb' / 'RTX 4090' -> a GPUS key, or None."""
+    s = name.upper().replace("NVIDIA", "").replace("GEFORCE", "").replace(" ", "").replace("_", "-")
+    if s in GPUS:
+        return s
+    if s in _ALIASES:
+        return _ALIASES[s]
+    for key in sorted(GPUS, key=len, reverse=True):
+        base = key.split("-")[0]
+        if base in s:
+            if key.endswith("GB") and key.split("-")[1] not in s:
+                continue
+            if key in ("H100-PCIE",) and "PCIE" not in s:
+                continue
+            return key
+    m = re.search(r"(4090|3090|4080|A100|H100|H800|A800|V100)", s)
+    if m:
+        return _ALIASES.get(m.group(1)) or normalize_gpu(m.group(1))
+    return None
+
+
+def _gpu_key(ctx: Ctx) -> str | None:
+    if ctx.options.gpu:
+        return normalize_gpu(ctx.options.gpu)
+    if ctx.samples and ctx.samples.get("gpu_name"):
+        return normalize_gpu(str(ctx.samples["gpu_name"]))
+    return None
+
+
+@feature("gpu_name", "text", "GPU model from --gpu or NVML samples.", FAMILY)
+def _name(ctx: Ctx):
+    return _gpu_key(ctx)
+
+
+@feature("gpu_peak_tflops", "TFLOP/s", "Dense bf16 tensor peak of one GPU of that model.", FAMILY)
+def _peak(ctx: Ctx):
+    k = ctx.get("gpu_name")
+    return GPUS[k][1] if k else None
+
+
+@feature("bf16_supported", "bool", "The GPU supports bf16 (Ampere, Ada, Hopper: yes; V100/T4: no).", FAMILY)
+def _bf16(ctx: Ctx):
+    k = ctx.get("gpu_name")
+    return GPUS[k][2] if k else None
+
+
+def _s(ctx: Ctx, key: str):
+    return ctx.samples.get(key) if ctx.samples else None
+
+
+for _f, _u, _d in [
+    ("gpu_util_mean_pct", "%", "Mean NVML GPU utilisation over the samples."),
+    ("gpu_util_p10_pct", "%", "10th percentile of NVML GPU utilisation (long idle gaps)."),
+    ("mem_util_mean_pct", "%", "Mean NVML memory-controller utilisation."),
+    ("pcie_rx_mean_mbps", "MB/s", "Mean PCIe receive throughput per GPU."),
+    ("pcie_tx_mean_mbps", "MB/s", "Mean PCIe transmit throughput per GPU."),
+    ("power_mean_w", "W", "Mean board power."),
+    ("power_limit_w", "W", "Board power limit."),
+    ("sm_clock_mean_mhz", "MHz", "Mean SM clock."),
+    ("temperature_max_c", "°C", "Hottest GPU temperature seen."),
+]:
+    def _mk(key=_f):
+        return lambda ctx: _s(ctx, key)
+
+    feature(_f, _u, _d, FAMILY)(_mk())
+
+
+@feature("throttle_reasons", "list", "Clock-throttle reasons NVML reported (power cap, thermal ...).", FAMILY)
+def _thr(ctx: Ctx):
+    v = _s(ctx, "throttle_reasons")
+    return list(v) if v else ([] if ctx.samples else None)
+
+
+@feature("gpus_used", "count", "GPUs doing the training: data-parallel ranks × model-parallel split.", FAMILY)
+def _gused(ctx: Ctx):
+    ws = ctx.get("world_size")
+    if ctx.get("device_map_parallel") and ctx.get("visible_gpus"):
+        return ctx.get("visible_gpus")
+    return ws
+
+
+@feature("flops_per_token", "FLOP", "Training FLOPs per token: 6·P (full) or 4·P_frozen + 6·P_trainable, + 2·P with gradient checkpointing.", FAMILY)
+def _fpt(ctx: Ctx):
+    pb, tf = ctx.get("model_params_b"), ctx.get("trainable_frac")
+    if pb is None:
+        return None
+    p = pb * 1e9
+    tf = 1.0 if tf is None else tf
+    f = 6 * p * tf + 4 * p * (1 - tf)
+    if ctx.get("gradient_checkpointing"):
+        f += 2 * p
+    return f
+
+
+@feature("mfu_pct", "%", "Estimated model FLOPs utilisation: FLOPs/token × tokens/s ÷ (GPUs × bf16 peak).", FAMILY)
+def _mfu(ctx: Ctx):
+    f, tps, peak, n = ctx.get("flops_per_token"), ctx.get("tokens_per_s"), ctx.get("gpu_peak_tflops"), ctx.get("gpus_used")
+    if None in (f, tps, peak) or not n:
+        return None
+    return 100.0 * f * tps / (n * peak * 1e12)

@@ -1,0 +1,107 @@
+"""Feature registry and evaluation order.
+
+Contract: `@feature(name, unit, doc, family)` registers a function `fn(ctx) -> value`
+(or `(value, lines)`); `compute_features` imports the family modules, evaluates
+every feature once in registration order (a feature may read earlier ones via
+`ctx.get(name)`), and turns any exception inside one feature into None plus a
+note, so one odd input never sinks the diagnosis.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from diagnose.models import Run
+
+
+@dataclass
+class Feature:
+    name: str
+    unit: str
+    doc: str
+    family: str
+    fn: Callable[["Ctx"], Any]
+
+
+REGISTRY: dict[str, Feature] = {}
+
+
+def feature(name: str, unit: str, doc: str, family: str) -> Callable[[Callable[["Ctx"], Any]], Callable[["Ctx"], Any]]:
+    def deco(fn: Callable[["Ctx"], Any]) -> Callable[["Ctx"], Any]:
+        if name in REGISTRY:
+            raise ValueError(f"feature {name} registered twice")
+        REGISTRY[name] = Feature(name, unit, doc.strip(), family, fn)
+        return fn
+
+    return deco
+
+
+@dataclass
+class Options:
+    gpu: str | None = None  # --gpu name, e.g. A100-80GB
+    cpu_cores: int | None = None  # machine cores for worker suggestions (default: this machine when attached)
+    live: bool = False  # the job is still running (attach)
+
+
+@dataclass
+class Ctx:
+    run: Run
+    samples: dict[str, Any] | None
+    host: dict[str, Any] | None
+    options: Options
+    values: dict[str, Any] = field(default_factory=dict)
+    lines: dict[str, list[int]] = field(default_factory=dict)
+
+    def get(self, name: str) -> Any:
+        return self.values.get(name)
+
+    def flag(self, *names: str) -> Any:
+        flags = self.run.launch.flags
+        for n in names:
+            if n in flags and flags[n] is not None:
+                return flags[n]
+        return None
+
+
+@dataclass
+class Features:
+    values: dict[str, Any]
+    lines: dict[str, list[int]]
+    notes: list[str] = field(default_factory=list)
+
+    def get(self, name: str) -> Any:
+        return self.values.get(name)
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    if hasattr(v, "item") and callable(v.item) and not isinstance(v, (list, dict, str)):
+        try:
+            return _clean(v.item())
+        except (ValueError, TypeError):
+            return v
+    return v
+
+
+def compute_features(run: Run, samples: dict[str, Any] | None = None, host: dict[str, Any] | None = None,
+                     options: Options | None = None) -> Features:
+    # registration order = evaluation order: later families read earlier ones
+    from diagnose.features import events, hostside, config, dataset, steps, gpu, memory  # noqa: F401
+
+    ctx = Ctx(run, samples, host, options or Options())
+    notes: list[str] = []
+    for f in REGISTRY.values():
+        try:
+            out = f.fn(ctx)
+        except Exception as e:  # a feature bug must not hide the others
+            notes.append(f"feature {f.name} failed: {type(e).__name__}: {e}")
+            out = None
+        if isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], list):
+            val, lines = out
+            ctx.lines[f.name] = [int(x) for x in lines if x is not None]
+        else:
+            val = out
+        ctx.values[f.name] = _clean(val)
+    return Features(ctx.values, ctx.lines, notes)

@@ -1,0 +1,222 @@
+"""Step-table features: interval step time, throughput, loss and grad_norm behaviour.
+
+Step times are the per-interval seconds per optimizer step derived by the parser
+(never ms-swift's cumulative train_speed).  The first interval (warm-up,
+dataloader fill) is dropped whenever more than two intervals exist.
+Throughput is in samples/s and tokens/s, never iterations/s.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from diagnose.features.registry import Ctx, feature
+
+FAMILY = "steps"
+
+
+def _intervals(ctx: Ctx) -> tuple[np.ndarray, np.ndarray]:
+    t = ctx.run.steps
+    if not len(t):
+        return np.zeros(0), np.zeros(0)
+    iv, ln = t["interval_s"], t["line"]
+    ok = np.isfinite(iv) & (iv > 0)
+    iv, ln = iv[ok], ln[ok]
+    if len(iv) > 2:
+        iv, ln = iv[1:], ln[1:]
+    return iv, ln
+
+
+@feature("steps_logged", "count", "Logged training steps (rows of the steps table).", FAMILY)
+def _n(ctx: Ctx):
+    return len(ctx.run.steps)
+
+
+@feature("last_step", "step", "Global step of the last logged row.", FAMILY)
+def _last(ctx: Ctx):
+    t = ctx.run.steps
+    if not len(t) or np.isnan(t["step"][-1]):
+        return None
+    return int(t["step"][-1]), [int(t["line"][-1])]
+
+
+@feature("max_steps", "step", "Planned optimizer steps.", FAMILY)
+def _ms(ctx: Ctx):
+    return ctx.run.max_steps
+
+
+@feature("step_time_median_s", "s", "Median interval seconds per optimizer step (warm-up dropped).", FAMILY)
+def _med(ctx: Ctx):
+    iv, ln = _intervals(ctx)
+    return (float(np.median(iv)), [int(ln[0]), int(ln[-1])]) if len(iv) else None
+
+
+@feature("step_time_p90_s", "s", "90th percentile of interval step time.", FAMILY)
+def _p90(ctx: Ctx):
+    iv, _ = _intervals(ctx)
+    return float(np.percentile(iv, 90)) if len(iv) else None
+
+
+@feature("step_time_cv", "ratio", "Coefficient of variation of interval step time (std ÷ mean; needs ≥ 5 intervals).", FAMILY)
+def _cv(ctx: Ctx):
+    iv, _ = _intervals(ctx)
+    if len(iv) < 5:
+        return None
+    return float(np.std(iv) / np.mean(iv))
+
+
+@feature("step_time_trend_frac", "fraction", "Relative change of median step time from the first to the second half (+ = slowing).", FAMILY)
+def _trend(ctx: Ctx):
+    iv, _ = _intervals(ctx)
+    if len(iv) < 8:
+        return None
+    h = len(iv) // 2
+    a, b = np.median(iv[:h]), np.median(iv[h:])
+    return float((b - a) / a) if a > 0 else None
+
+
+@feature("step_time_swing_frac", "fraction", "Share of intervals more than 30% away from the median (speed swinging).", FAMILY)
+def _swing(ctx: Ctx):
+    iv, ln = _intervals(ctx)
+    if len(iv) < 5:
+        return None
+    med = np.median(iv)
+    off = np.abs(iv - med) > 0.3 * med
+    return float(off.mean()), [int(x) for x in ln[off][:5]]
+
+
+@feature("samples_per_s", "samples/s", "Throughput: global batch ÷ median seconds per optimizer step.", FAMILY)
+def _sps(ctx: Ctx):
+    gbs, st = ctx.get("global_batch_size"), ctx.get("step_time_median_s")
+    if gbs is None or not st:
+        return None
+    return gbs / st
+
+
+@feature("tokens_per_s", "tokens/s", "Throughput in tokens: samples/s × mean token length (packed rows when packing).", FAMILY)
+def _tps(ctx: Ctx):
+    sps, tl = ctx.get("samples_per_s"), ctx.get("token_len_mean")
+    if sps is None or tl is None:
+        return None
+    return sps * tl
+
+
+def _col(ctx: Ctx, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    t = ctx.run.steps
+    if not len(t):
+        return np.zeros(0), np.zeros(0, bool), np.zeros(0)
+    return t[name], t.present(name), t["line"]
+
+
+@feature("loss_nonfinite_count", "rows", "Logged steps whose loss is nan or inf.", FAMILY)
+def _lnan(ctx: Ctx):
+    v, p, ln = _col(ctx, "loss")
+    bad = p & ~np.isfinite(v)
+    return int(bad.sum()), [int(x) for x in ln[bad][:5]]
+
+
+@feature("grad_norm_nonfinite_count", "rows", "Logged steps whose grad_norm is nan or inf.", FAMILY)
+def _gnan(ctx: Ctx):
+    v, p, ln = _col(ctx, "grad_norm")
+    bad = p & ~np.isfinite(v)
+    return int(bad.sum()), [int(x) for x in ln[bad][:5]]
+
+
+@feature("nonfinite_tail_frac", "fraction",
+         "Of the rows from the first nan/inf on, the share that stay nan/inf (1 = diverged, small = one skipped step).", FAMILY)
+def _tail(ctx: Ctx):
+    t = ctx.run.steps
+    if not len(t):
+        return None
+    bad = np.zeros(len(t), bool)
+    for c in ("loss", "grad_norm"):
+        bad |= t.present(c) & ~np.isfinite(t[c])
+    if not bad.any():
+        return 0.0
+    i = int(np.flatnonzero(bad)[0])
+    return float(bad[i:].mean()), [int(t["line"][i])]
+
+
+@feature("nan_first_step", "step", "First step with a nan/inf loss or grad_norm.", FAMILY)
+def _nfs(ctx: Ctx):
+    for e in ctx.run.events:
+        if e.kind == "nan":
+            return e.detail.get("step"), [e.line]
+    return None
+
+
+@feature("grad_norm_median", "norm", "Median finite grad_norm.", FAMILY)
+def _gmed(ctx: Ctx):
+    v, p, _ = _col(ctx, "grad_norm")
+    f = v[p & np.isfinite(v)]
+    return float(np.median(f)) if len(f) else None
+
+
+@feature("grad_norm_spike_count", "rows", "Steps whose grad_norm exceeds 5× the running median.", FAMILY)
+def _gspike(ctx: Ctx):
+    v, p, ln = _col(ctx, "grad_norm")
+    ok = p & np.isfinite(v)
+    f, fl = v[ok], ln[ok]
+    if len(f) < 5:
+        return None
+    med = np.median(f)
+    sp = f > 5 * med if med > 0 else np.zeros(len(f), bool)
+    return int(sp.sum()), [int(x) for x in fl[sp][:5]]
+
+
+@feature("grad_norm_swing_frac", "fraction", "Share of consecutive grad_norm pairs changing by more than 2× (swinging).", FAMILY)
+def _gswing(ctx: Ctx):
+    v, p, _ = _col(ctx, "grad_norm")
+    f = v[p & np.isfinite(v)]
+    if len(f) < 6:
+        return None
+    r = f[1:] / np.maximum(f[:-1], 1e-12)
+    return float(((r > 2) | (r < 0.5)).mean())
+
+
+@feature("loss_first", "loss", "First finite logged loss.", FAMILY)
+def _lf(ctx: Ctx):
+    v, p, _ = _col(ctx, "loss")
+    f = v[p & np.isfinite(v)]
+    return float(f[0]) if len(f) else None
+
+
+@feature("loss_last", "loss", "Last finite logged loss.", FAMILY)
+def _ll(ctx: Ctx):
+    v, p, _ = _col(ctx, "loss")
+    f = v[p & np.isfinite(v)]
+    return float(f[-1]) if len(f) else None
+
+
+@feature("loss_trend_frac", "fraction", "Relative change of median loss, last quarter vs first quarter (+ = rising).", FAMILY)
+def _ltrend(ctx: Ctx):
+    v, p, _ = _col(ctx, "loss")
+    f = v[p & np.isfinite(v)]
+    if len(f) < 8:
+        return None
+    q = len(f) // 4
+    a, b = np.median(f[:q]), np.median(f[-q:])
+    return float((b - a) / abs(a)) if a else None
+
+
+@feature("loss_spike_count", "rows", "Steps whose loss exceeds 3× the median of the preceding block of 20 finite values.", FAMILY)
+def _lspike(ctx: Ctx):
+    v, p, ln = _col(ctx, "loss")
+    ok = p & np.isfinite(v)
+    f, fl = v[ok], ln[ok]
+    if len(f) < 10:
+        return None
+    w = 20 if len(f) >= 40 else 5
+    nb = len(f) // w
+    blocks = np.median(f[: nb * w].reshape(nb, w), axis=1)  # O(n): block medians, not a sliding window
+    ref = np.repeat(blocks, w)[: len(f) - w]
+    cur = f[w : w + len(ref)]
+    hit = (ref > 0) & (cur > 3 * ref)
+    return int(hit.sum()), [int(x) for x in fl[w : w + len(ref)][hit][:5]]
+
+
+@feature("progress_frac", "fraction", "last_step ÷ max_steps.", FAMILY)
+def _prog(ctx: Ctx):
+    ls, ms = ctx.get("last_step"), ctx.get("max_steps")
+    if ls is None or not ms:
+        return None
+    return ls / ms

@@ -1,0 +1,72 @@
+"""Rich terminal report for `swiftdoc analyze`: verdict first, evidence, remedies as a flag-diff preview.
+
+Contract: `print_diagnosis(diag, run, console, verbose=False)`; no colour when the
+console is not a terminal (golden tests render at a fixed width without colour).
+"""
+from __future__ import annotations
+
+from rich.console import Console
+from rich.panel import Panel
+from rich.text import Text
+
+from diagnose.diagnosis import Diagnosis
+from diagnose.models import Run
+from diagnose.render.ops_text import op_lines
+
+_STYLE = {"error": "bold red", "warning": "bold yellow", "info": "cyan"}
+_EFFECT = {"safe": "green", "changes-training": "yellow", "advice": "dim"}
+
+
+def _run_line(run: Run) -> str:
+    parts = [f"ms-swift {run.swift_version or '?'}"]
+    t = run.steps
+    if len(t):
+        last = t.last() or {}
+        parts.append(f"{len(t)} steps logged (last step {last.get('step', '?')}" + (f"/{run.max_steps})" if run.max_steps else ")"))
+    if run.world_size:
+        parts.append(f"world_size {run.world_size}")
+    if run.line_file:
+        parts.append(run.line_file)
+    return " · ".join(parts)
+
+
+def print_diagnosis(diag: Diagnosis, run: Run, console: Console | None = None, verbose: bool = False) -> None:
+    c = console or Console(highlight=False)
+    p = diag.primary
+    style = "bold green" if p.category == "healthy" else _STYLE.get(p.severity, "bold")
+    head = Text()
+    head.append(f"{p.category.upper()}", style=style)
+    if p.rule:
+        head.append(f"  [{p.rule}]", style="dim")
+    head.append(f"\n{p.summary}")
+    c.print(Panel(head, title="swiftdoc", subtitle=_run_line(run), expand=True))
+    shown = [f for f in diag.findings if verbose or f.severity != "info" or p.category == "healthy"]
+    for f in shown:
+        c.print(Text.assemble((f"{f.severity:<7} ", _STYLE.get(f.severity, "")), (f"{f.rule} ", "bold"),
+                              (f"{f.slug}", "dim")))
+        c.print(f"  {f.summary}")
+        c.print(Text("  evidence: ", style="dim") + Text(f.evidence))
+        if f.lines:
+            src = run.line_file or "log"
+            c.print(Text(f"  lines: {', '.join(str(x) for x in f.lines[:8])}" + (" …" if len(f.lines) > 8 else "")
+                         + f"  ({src})", style="dim"))
+        for r in f.remedies:
+            c.print(Text.assemble(("  → ", ""), (f"[{r.effect}] ", _EFFECT.get(r.effect, "")), (r.title, "")))
+            for op in r.ops:
+                for ln in op_lines(op):
+                    c.print(Text(f"      {ln}", style="green" if ln.startswith("+") else "red" if ln.startswith("-") else ""))
+            if r.note:
+                c.print(Text(f"      {r.note}", style="dim"))
+        c.print()
+    hidden = len(diag.findings) - len(shown)
+    if hidden:
+        c.print(Text(f"{hidden} informational finding(s) hidden; -v shows them.", style="dim"))
+    if diag.dropped:
+        for d in diag.dropped:
+            c.print(Text(f"dropped from {d.rule}: {' '.join(op_lines(d.op))} ({d.reason})", style="dim"))
+    if diag.skipped and verbose:
+        c.print(Text("skipped (missing input): " + "; ".join(f"{s.rule} needs {', '.join(s.missing)}" for s in diag.skipped), style="dim"))
+    elif diag.skipped:
+        c.print(Text(f"{len(diag.skipped)} rule(s) skipped for missing input (GPU samples, host facts...); -v lists them.", style="dim"))
+    for n in diag.notes[:5]:
+        c.print(Text(f"note: {n}", style="dim"))

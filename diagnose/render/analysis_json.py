@@ -1,0 +1,38 @@
+"""The analyze JSON contract (schema_version 1).
+
+Contract: `diagnosis_json(diagnosis, run) -> dict` with keys schema_version,
+primary {category, rule, severity, summary}, findings [{rule, slug, category,
+severity, summary, evidence, values, lines, remedies [{title, effect, ops, note}]}],
+skipped [{rule, slug, missing}], dropped, notes, run (= `swiftdoc parse --format json`).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from diagnose.diagnosis import Diagnosis
+from diagnose.models import Run
+from diagnose.render.run_json import jsonable, run_summary
+
+SCHEMA_VERSION = 1
+
+
+def diagnosis_json(diag: Diagnosis, run: Run, features: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "primary": diag.primary.model_dump(),
+        "findings": [
+            {
+                "rule": f.rule, "slug": f.slug, "category": f.category, "severity": f.severity,
+                "summary": f.summary, "evidence": f.evidence, "values": f.values, "lines": f.lines,
+                "remedies": [r.model_dump() for r in f.remedies], "references": f.references,
+            }
+            for f in diag.findings
+        ],
+        "skipped": [s.model_dump() for s in diag.skipped],
+        "dropped": [d.model_dump() for d in diag.dropped],
+        "notes": diag.notes,
+        "run": run_summary(run),
+    }
+    if features:
+        out["features"] = diag.features
+    return jsonable(out)

@@ -1,0 +1,43 @@
+"""Markdown report for `swiftdoc analyze --format markdown`: paste-ready for a GitHub issue.
+
+Contract: `diagnosis_markdown(diag, run) -> str`.
+"""
+from __future__ import annotations
+
+from diagnose.diagnosis import Diagnosis
+from diagnose.models import Run
+from diagnose.render.ops_text import op_lines
+
+
+def diagnosis_markdown(diag: Diagnosis, run: Run) -> str:
+    p = diag.primary
+    out = [f"## swiftdoc: {p.category}" + (f" ({p.rule})" if p.rule else ""), "", p.summary, ""]
+    t = run.steps
+    facts = [f"ms-swift **{run.swift_version or 'unknown'}**" + (f" ({run.version_clue})" if run.version_clue else "")]
+    if len(t):
+        last = t.last() or {}
+        facts.append(f"{len(t)} logged steps, last step {last.get('step', '?')}" + (f" of {run.max_steps}" if run.max_steps else ""))
+    if run.world_size:
+        facts.append(f"world size {run.world_size}")
+    out += [" · ".join(facts), ""]
+    if diag.findings:
+        out += ["| severity | rule | finding | evidence | lines |", "|---|---|---|---|---|"]
+        for f in diag.findings:
+            ev = f.evidence.replace("|", "\\|")
+            out.append(f"| {f.severity} | `{f.rule}` {f.slug} | {f.summary} | {ev} | {', '.join(map(str, f.lines[:6]))} |")
+        out.append("")
+        ops = []
+        for f in diag.findings:
+            for r in f.remedies:
+                if r.effect == "advice" and not r.ops:
+                    continue
+                ops.append(f"# {f.rule} [{r.effect}] {r.title}")
+                for op in r.ops:
+                    ops += op_lines(op)
+        if ops:
+            out += ["### Suggested changes", "", "```diff", *ops, "```", ""]
+        adv = [(f.rule, r) for f in diag.findings for r in f.remedies if r.effect == "advice"]
+        if adv:
+            out += ["### Advice", ""] + [f"- `{rid}` {r.title}" + (f": {r.note}" if r.note else "") for rid, r in adv] + [""]
+    out.append(f"<sub>swiftdoc analyze · {run.line_file or ', '.join(run.sources)}</sub>")
+    return "\n".join(out) + "\n"
