@@ -164,3 +164,8 @@ def _rejected(ctx: Ctx):
             out += [f for f in re.findall(r"'(--[\w.-]+)'", e.text) if f not in out]
             lines.append(e.line)
     return (out, lines) if out else ([] if ctx.run.recognized else None)
+
+
+@feature("recognized", "bool", "Something ms-swift-specific (or a known error signature) was found in the input.", FAMILY)
+def _recog(ctx: Ctx):
+    return bool(ctx.run.recognized)

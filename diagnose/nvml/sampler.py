@@ -223,6 +223,22 @@ class Sampler:
             out.append({"t": t, "index": idx, "xid": int(data.eventData)})
         return out
 
+    def _throttle(self, g: _Gpu) -> int | None:
+        nv = self.nvml
+        if "throttle" in g.off or self._reasons_fn is None:
+            return None
+        try:
+            return int(self._reasons_fn(g.handle))
+        except nv.NVMLError as e:
+            code = B.error_code(e)
+            old = getattr(nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
+            if code == B.ERR_FUNCTION_NOT_FOUND and old is not None and self._reasons_fn is not old:
+                self._reasons_fn = old  # driver < 535 only has the older name
+                return self._throttle(g)
+            if code in _UNSUPPORTED:
+                g.off.add("throttle")
+            return None
+
     def _procs(self, g: _Gpu) -> list[dict[str, Any]] | None:
         nv = self.nvml
         if "procs" in g.off or self._procs_fn is None:
@@ -261,7 +277,7 @@ class Sampler:
                 g.power_limit_w = lim / 1000.0 if lim is not None else None
             sm = q(g, "sm_clock", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM)
             mc = q(g, "mem_clock", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM)
-            mask = q(g, "throttle", self._reasons_fn, h)
+            mask = self._throttle(g)
             temp = q(g, "temp", nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU)
             ecc = q(g, "ecc", nv.nvmlDeviceGetTotalEccErrors, h, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
                     nv.NVML_VOLATILE_ECC)

@@ -26,7 +26,8 @@ _RANK = re.compile(r"^\[(?:rank|RANK)\s*\d+\]:\s?")
 _STAMP = re.compile(r"^\s*\[?\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\]?\s*(?:-\s*)?(?:\w+\s*-\s*)?")
 
 DATASET = re.compile(
-    r"Dataset Token Length: ([\d.]+)±([\d.]+), min=([\d.]+), max=([\d.]+), size=(\d+)"
+    # the ± may arrive mangled from GBK / latin-1 captures: accept any 1-3 non-digit characters
+    r"Dataset Token Length: ([\d.]+)[^\d\s,]{1,3}([\d.]+), min=([\d.]+), max=([\d.]+), size=(\d+)"
 )
 PARAMS = re.compile(
     r"(?:model_parameter_info: )?(\w+): ([\d.]+)M Params \(([\d.]+)M Trainable \[([\d.]+)%\]\), ([\d.]+)M Buffers"

@@ -65,7 +65,7 @@ def _scan_stdout(name: str, source: bytes | Path, run: Run) -> _StdoutResult:
             raw = block[starts[i] : ends[i]]
             if len(raw) > _MAX_TEXT_LINE:
                 raw = raw[: _MAX_TEXT_LINE // 2] + b" ... " + raw[-_MAX_TEXT_LINE // 2 :]
-            text = raw.decode("utf-8", "replace").rstrip("\r")
+            text = _decode(raw).rstrip("\r")
             lineno = base + i + 1
             if i in odd:
                 _odd_dict(res, text, block, starts, ends, i, lineno)
@@ -75,6 +75,18 @@ def _scan_stdout(name: str, source: bytes | Path, run: Run) -> _StdoutResult:
         base += scan.n_lines
     res.lines = base
     return res
+
+
+def _decode(raw: bytes) -> str:
+    """UTF-8, else GB18030 (Chinese Windows/Linux consoles), else latin-1: never fails."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    try:
+        return raw.decode("gb18030")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
 
 
 _PREFIX = re.compile(r"^(?:\s{0,3}>\s?)*(?:\[(?:rank|RANK)\s*\d+\]:\s?)?")

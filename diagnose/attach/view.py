@@ -1,0 +1,206 @@
+"""Render an attach `Snapshot` with rich: header, progress, GPUs, host, current diagnosis.
+
+Contract: `render_snapshot(snap) -> rich renderable` (no I/O; the command puts it
+in a `rich.live.Live` or prints it once); `alert_text(alert) -> Text` for the
+line printed above the live view the moment a rule fires; `sparkline(values)`.
+Missing numbers print as "N/A", never as 0.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from diagnose.attach.session import Snapshot
+
+_BARS = "▁▂▃▄▅▆▇█"
+_SEV = {"error": "bold red", "warning": "bold yellow", "info": "cyan"}
+_EFFECT = {"safe": "green", "changes-training": "yellow", "advice": "dim"}
+
+
+def sparkline(values: list[float | None], lo: float | None = None, hi: float | None = None, width: int = 30) -> str:
+    vals = values[-width:]
+    nums = [v for v in vals if v is not None and math.isfinite(v)]
+    if not nums:
+        return ""
+    lo = min(nums) if lo is None else lo
+    hi = max(nums) if hi is None else hi
+    span = hi - lo
+    out = []
+    for v in vals:
+        if v is None or not math.isfinite(v):
+            out.append(" ")
+        elif span <= 0:
+            out.append(_BARS[len(_BARS) // 2])
+        else:
+            k = int((min(max(v, lo), hi) - lo) / span * (len(_BARS) - 1) + 0.5)
+            out.append(_BARS[k])
+    return "".join(out)
+
+
+def _na(v: Any, fmt: str = "{}", unit: str = "") -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "N/A"
+    return fmt.format(v) + unit
+
+
+def _dur(s: float | None) -> str:
+    if s is None or not math.isfinite(s):
+        return "N/A"
+    s = int(round(s))
+    d, s = divmod(s, 86400)
+    h, s = divmod(s, 3600)
+    m, s = divmod(s, 60)
+    if d:
+        return f"{d}d {h}h {m:02d}m"
+    if h:
+        return f"{h}h {m:02d}m"
+    if m:
+        return f"{m}m {s:02d}s"
+    return f"{s}s"
+
+
+def _header(snap: Snapshot) -> Text:
+    t = snap.target
+    h = Text()
+    h.append("swiftdoc attach", style="bold")
+    if t.get("pid"):
+        h.append(f"  PID {t['pid']}")
+        if t.get("command"):
+            h.append(f" ({t['command'][:60]})", style="dim")
+    state = "ended" if snap.ended else ("running" if snap.alive else ("following files" if not t.get("pid") else "exited"))
+    h.append(f"  [{state}]", style="green" if state == "running" else "yellow")
+    h.append(f"\nlog: {t.get('log') or 'waiting for the job to create its log…'}", style="dim")
+    gpus = t.get("gpus")
+    h.append("\nGPUs: " + (",".join(str(g) for g in gpus) if gpus else "all visible" if gpus is None else "none")
+             + (f" (from {t['gpu_source']})" if t.get("gpu_source") else ""), style="dim")
+    return h
+
+
+def _progress(p: dict[str, Any] | None) -> Text:
+    if not p:
+        return Text("no training step logged yet", style="dim")
+    out = Text()
+    step, ms = p.get("step"), p.get("max_steps")
+    out.append("step ", style="dim")
+    out.append(f"{_na(step)}" + (f"/{ms}" if ms else ""), style="bold")
+    if p.get("frac") is not None:
+        out.append(f" ({100 * p['frac']:.0f}%)")
+    out.append("   speed ", style="dim")
+    out.append(_na(p.get("s_per_it"), "{:.3g}", " s/it"))
+    out.append("   ")
+    out.append(_na(p.get("samples_per_s"), "{:.3g}", " samples/s"))
+    out.append("   ETA ", style="dim")
+    out.append(_dur(p.get("eta_s")))
+    out.append("\nloss ", style="dim")
+    out.append(_na(p.get("loss"), "{:.4g}"))
+    out.append(f" {sparkline(p.get('loss_series') or [])}", style="cyan")
+    out.append("   grad_norm ", style="dim")
+    out.append(_na(p.get("grad_norm"), "{:.4g}"))
+    out.append(f" {sparkline(p.get('grad_norm_series') or [])}", style="magenta")
+    if p.get("memory_gib") is not None:
+        out.append("   memory(GiB) ", style="dim")
+        out.append(f"{p['memory_gib']:.2f}")
+    return out
+
+
+def _gpus(g: dict[str, Any]) -> Any:
+    if g.get("nvml") != "ok":
+        return Text(f"GPU: {g.get('nvml')}", style="dim")
+    tab = Table(box=None, pad_edge=False, show_edge=False, header_style="dim")
+    for col in ("GPU", "util (last 60 samples)", "util", "memory used/total", "power", "temp", "throttle"):
+        tab.add_column(col)
+    series = g.get("util_series") or {}
+    for r in g.get("latest") or []:
+        used, total = r.get("mem_used_mib"), r.get("mem_total_mib")
+        mem = "N/A"
+        if used is not None and total:
+            mem = f"{used / 1024:.1f}/{total / 1024:.1f} GiB ({100 * used / total:.0f}%)"
+        elif used is not None:
+            mem = f"{used / 1024:.1f} GiB"
+        power = _na(r.get("power_w"), "{:.0f}") + ("/" + _na(r.get("power_limit_w"), "{:.0f}") if r.get("power_limit_w") else "") + " W"
+        thr = r.get("throttle")
+        thr_s = "N/A" if thr is None else (", ".join(x for x in thr if x != "gpu_idle") or "-")
+        tab.add_row(str(r["index"]), sparkline(series.get(str(r["index"])) or [], 0, 100, 30),
+                    _na(r.get("util_gpu_pct"), "{:.0f}", "%"), mem, power, _na(r.get("temp_c"), "{:.0f}", "°C"), thr_s)
+    s = g.get("summary") or {}
+    foot = Text()
+    if s.get("n_samples"):
+        foot.append(f"{s['n_samples']} samples", style="dim")
+        foot.append(f" · util mean {_na(s.get('gpu_util_mean_pct'), '{:.0f}', '%')}"
+                    f" · p10 {_na(s.get('gpu_util_p10_pct'), '{:.0f}', '%')}"
+                    f" · memory headroom {_na(None if s.get('mem_headroom_frac') is None else 100 * s['mem_headroom_frac'], '{:.0f}', '%')}"
+                    f" · PCIe rx {_na(s.get('pcie_rx_mean_mbps'), '{:.0f}', ' MB/s')}", style="dim")
+        if s.get("xid_errors"):
+            foot.append(f" · XID {s.get('xid_codes')}", style="bold red")
+    return Group(tab, foot)
+
+
+def _host(h: dict[str, Any] | None) -> Text:
+    if not h:
+        return Text("host: not on the job's machine (no local PID)", style="dim")
+    t = Text("host: ", style="dim")
+    t.append(f"{_na(h.get('cpu_cores'))} cores")
+    w = h.get("dataloader_workers_running")
+    if w is not None:
+        t.append(f" · {w} data-loader workers ({_na(h.get('worker_cpu_pct'), '{:.0f}', '% CPU')})")
+    if h.get("rank_cpu_pct") is not None:
+        t.append(f" · ranks {h['rank_cpu_pct']:.0f}% CPU")
+    t.append(f" · RAM {_na(h.get('host_mem_available_gib'), '{:.1f}')}/{_na(h.get('host_mem_total_gib'), '{:.1f}')} GiB free")
+    if h.get("shm_total_gib") is not None:
+        style = "bold red" if (h.get("shm_total_gib") or 0) < 1 or (h.get("shm_used_frac") or 0) > 0.8 else ""
+        t.append(f" · /dev/shm {_na(h.get('shm_used_gib'), '{:.2f}')}/{h['shm_total_gib']:.2f} GiB", style=style)
+    return t
+
+
+def _diagnosis(d: dict[str, Any] | None) -> Any:
+    if not d:
+        return Text("diagnosis: waiting for the log", style="dim")
+    from diagnose.engine import RemedyOp
+    from diagnose.render.ops_text import op_lines
+
+    p = d.get("primary") or {}
+    out = Text()
+    style = "bold green" if p.get("category") == "healthy" else _SEV.get(p.get("severity", ""), "bold")
+    out.append(f"{str(p.get('category', '?')).upper()}", style=style)
+    if p.get("rule"):
+        out.append(f" [{p['rule']}]", style="dim")
+    out.append(f"  {p.get('summary', '')}")
+    shown = [f for f in d.get("findings", []) if f.get("severity") != "info"][:4]
+    for f in shown:
+        out.append(f"\n{f['severity']:<7} ", style=_SEV.get(f["severity"], ""))
+        out.append(f"{f['rule']} ", style="bold")
+        out.append(f"{f.get('evidence') or f.get('summary')}")
+        for r in (f.get("remedies") or [])[:2]:
+            out.append("\n   → ")
+            out.append(f"[{r.get('effect')}] ", style=_EFFECT.get(r.get("effect", ""), ""))
+            out.append(r.get("title", ""))
+            for op in (r.get("ops") or [])[:3]:
+                try:
+                    lines = op_lines(RemedyOp(**op))
+                except Exception:
+                    lines = [str(op)]
+                for ln in lines:
+                    out.append(f"\n       {ln}", style="green" if ln.startswith("+") else "")
+    return out
+
+
+def render_snapshot(snap: Snapshot) -> Group:
+    parts: list[Any] = [_header(snap), Text(""), _progress(snap.progress), Text(""), _gpus(snap.gpus),
+                        _host(snap.host), Text(""), _diagnosis(snap.diagnosis)]
+    for n in snap.notes[:3]:
+        parts.append(Text(f"note: {n}", style="dim"))
+    return Group(*parts)
+
+
+def alert_text(a: dict[str, Any]) -> Text:
+    t = Text()
+    t.append("ALERT ", style="bold white on red" if a.get("severity") == "error" else "bold black on yellow")
+    t.append(f"{a['rule']} ", style="bold")
+    t.append(f"{a.get('summary', '')}")
+    if a.get("evidence"):
+        t.append(f"  ({a['evidence']})", style="dim")
+    return t

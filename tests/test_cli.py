@@ -1,0 +1,144 @@
+"""The CLI as a user meets it: real subprocesses, exit codes, one-line errors, the JSON contracts."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BAD = ROOT / "tests" / "data" / "bad_input"
+sys.path.insert(0, str(BAD))
+
+
+def swiftdoc(*args: str, stdin: bytes | None = None, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "diagnose", *args], input=stdin, capture_output=True, cwd=cwd, timeout=120)
+
+
+def _one_line_error(p: subprocess.CompletedProcess) -> None:
+    err = p.stderr.decode()
+    assert "Traceback" not in err
+    assert err.startswith("error: ")
+    assert len([ln for ln in err.splitlines() if ln.startswith("error: ")]) == 1
+
+
+@pytest.mark.parametrize("name", ["empty.log", "binary.bin", "empty_dir", "does_not_exist.log"])
+def test_unreadable_input_exits_2_with_one_line(name):
+    for cmd in ("parse", "analyze"):
+        p = swiftdoc(cmd, str(BAD / name))
+        assert p.returncode == 2, p.stderr
+        _one_line_error(p)
+
+
+def test_plain_text_is_readable_but_not_ms_swift():
+    p = swiftdoc("parse", str(BAD / "plain_text.txt"), "--format", "json")
+    assert p.returncode == 0
+    out = json.loads(p.stdout)
+    assert out["recognized"] is False and out["steps"] == 0
+    a = swiftdoc("analyze", str(BAD / "plain_text.txt"), "--format", "json")
+    assert a.returncode == 0 and json.loads(a.stdout)["primary"]["category"] == "unknown"
+    t = swiftdoc("parse", str(BAD / "plain_text.txt"))
+    assert b"not an ms-swift log" in t.stdout
+
+
+@pytest.mark.parametrize("name,rows", [("hf_trainer.log", 25), ("llamafactory.log", 20)])
+def test_other_trainers_are_read_partially_and_said_so(name, rows):
+    out = json.loads(swiftdoc("parse", str(BAD / name), "--format", "json").stdout)
+    assert out["recognized"] is False and out["trainer"] == "hf-trainer"
+    assert out["steps"] == rows
+    assert any("HF Trainer" in n for n in out["notes"])
+
+
+@pytest.mark.parametrize("name,steps,version", [
+    ("gbk.log", 12, "3.10.3"), ("latin1.log", 12, "3.10.3"), ("crlf.log", 20, "4.6.0"),
+    ("tail_only.log", 11, "3.8-3.12.4"), ("truncated_last_line.log", 20, "4.6.0"),
+])
+def test_messy_but_readable_logs_parse(name, steps, version):
+    out = json.loads(swiftdoc("parse", str(BAD / name), "--format", "json").stdout)
+    assert out["steps"] == steps and out["swift_version"] == version
+    if name in ("gbk.log", "latin1.log"):
+        assert out["dataset"]["size"] == 800
+    if name == "crlf.log":
+        assert isinstance(out["last_step"]["loss"], float)
+
+
+def test_traceback_only_is_diagnosed():
+    out = json.loads(swiftdoc("analyze", str(BAD / "traceback_only.log"), "--format", "json").stdout)
+    assert out["primary"]["category"] == "oom"
+    assert out["run"]["steps"] == 0
+    assert [e["line"] for e in out["run"]["events"] if e["kind"] == "cuda_oom"] == [28]
+
+
+def test_huge_single_line_is_bounded(tmp_path):
+    from make_bad_inputs import write_huge_line
+
+    f = tmp_path / "huge.log"
+    write_huge_line(f)
+    assert f.stat().st_size >= 5 * 1024 * 1024
+    p = swiftdoc("parse", str(f), "--format", "json")
+    assert p.returncode == 0
+    assert json.loads(p.stdout)["recognized"] is False
+
+
+def test_stdin_dash():
+    data = (ROOT / "fixtures" / "synthetic_3x_early_oom" / "train.log").read_bytes()
+    out = json.loads(swiftdoc("analyze", "-", "--format", "json", stdin=data).stdout)
+    assert out["primary"]["rule"] == "OOM001"
+
+
+def test_analyze_json_contract():
+    out = json.loads(swiftdoc("analyze", str(ROOT / "fixtures" / "synthetic_3x_early_oom"), "--format", "json").stdout)
+    assert out["schema_version"] == 1
+    assert set(out["primary"]) == {"category", "rule", "severity", "summary"}
+    f = out["findings"][0]
+    for k in ("rule", "category", "severity", "summary", "evidence", "lines", "remedies"):
+        assert k in f
+    assert f["lines"] and all(isinstance(x, int) for x in f["lines"])
+    assert {"title", "effect", "ops"} <= set(f["remedies"][0])
+    assert isinstance(out["skipped"], list)
+    assert out["run"]["swift_version"] == "3.0-3.7"
+
+
+def test_fail_on_and_usage_errors():
+    fx = str(ROOT / "fixtures" / "synthetic_3x_early_oom")
+    assert swiftdoc("analyze", fx, "--fail-on", "error").returncode == 1
+    assert swiftdoc("analyze", str(ROOT / "fixtures" / "synthetic_2x_healthy"), "--fail-on", "warning").returncode == 0
+    p = swiftdoc("analyze", fx, "--gpu", "GTX-9999")
+    assert p.returncode == 2 and b"A100-80GB" in p.stderr
+    p = swiftdoc("nonsense")
+    assert p.returncode == 2
+
+
+def test_markdown_and_plot(tmp_path):
+    fx = str(ROOT / "fixtures" / "synthetic_3x_early_oom")
+    md = swiftdoc("analyze", fx, "--format", "markdown").stdout.decode()
+    assert md.startswith("## swiftdoc: oom (OOM001)") and "```diff" in md
+    png = tmp_path / "t.png"
+    p = swiftdoc("analyze", fx, "--plot", str(png))
+    assert p.returncode == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_analyze_never_imports_heavy_modules():
+    code = (
+        "import sys; from diagnose.cli import main; "
+        f"main(['analyze', r'{ROOT / 'fixtures' / 'synthetic_4x_gpu_healthy'}', '--format', 'json']); "
+        "bad=[m for m in ('torch','swift','pynvml') if m in sys.modules]; print('HEAVY', bad)"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, cwd=ROOT, timeout=60)
+    assert p.stdout.decode().strip().endswith("HEAVY []"), p.stdout[-300:]
+    p = subprocess.run([sys.executable, "-c", "import sys, diagnose.cli; print([m for m in ('torch','swift','pynvml') if m in sys.modules])"],
+                       capture_output=True, timeout=60)
+    assert p.stdout.strip() == b"[]"
+
+
+def test_rules_and_explain_commands():
+    p = swiftdoc("rules")
+    assert p.returncode == 0 and b"DL001" in p.stdout and b"oom.cuda" in p.stdout
+    p = swiftdoc("explain", "OOM001")
+    assert p.returncode == 0 and b"halve" in p.stdout.lower()
+    assert swiftdoc("explain", "nccl.rtx40_p2p_ib").returncode == 0
+    p = swiftdoc("explain", "XX999")
+    assert p.returncode == 2
+    _one_line_error(p)
