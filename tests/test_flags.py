@@ -120,7 +120,7 @@ def test_tuner_type_spellings():
     assert t38.has('sft', 'train_type') and not t38.has('sft', 'tuner_type')
     assert t26.has('sft', 'sft_type') and not t26.has('sft', 'train_type')
     assert t26.specs('sft')['sft_type'].default == 'lora'
-    assert t26.specs('pt')['sft_type'].default == 'full' or t26.specs('pt')['sft_type'].default == 'lora'
+    assert t26.specs('pt')['sft_type'].default == 'full'  # PtArguments override (3.x/4.x pt: parser default lora)
 
 
 def test_prefix_resolution_4_6():
@@ -316,6 +316,8 @@ def test_spell_value():
     assert spell_value('target_modules', 'ALL', '4.x') == ('target_modules', 'all-linear')
     assert spell_value('per_device_train_batch_size', '2', '2.x') == ('per_device_train_batch_size', '2')
     assert spell_value('tuner_type', 'lora', '2.x', 'megatron_sft') is None
+    assert spell_value('attn_impl', 'flash_attention_2', '3.0') == ('attn_impl', 'flash_attn')  # Literal in 3.0-3.6
+    assert spell_value('attn_impl', 'flash_attention_2', '4.6') == ('attn_impl', 'flash_attention_2')
 
 
 # --------------------------------------------------------------------------- renames (reference section 8)

@@ -14,7 +14,9 @@ Contract
   command='sft') -> (flag, value) | None`` gives the flag and the value to use in
   ``version``; the value part is None when the meaning cannot be expressed
   there (e.g. ``attn_impl sdpa`` on 2.x, ``dtype AUTO`` on 3.x): omit the flag
-  to get the default.  Returns None when the concept has no flag there.
+  to get the default.  If the target field has choices that lack the value, a
+  synonym from ``VALUE_SYNONYMS`` is used (``flash_attention_2`` -> ``flash_attn``
+  on 3.0-3.6, whose ``attn_impl`` is a Literal).  Returns None when the concept has no flag there.
 * ``renamed(flag, target_version, command='sft') -> Rename | None``: when
   ``flag`` is not an exact option of the target version, the replacement
   (possibly several flags, a value translation, a drop, or "use the megatron
@@ -90,6 +92,10 @@ EXTRA_REVERSE: dict[tuple[str, str], dict[str, Optional[str]]] = {
                                       'flash_attention_4': 'true', 'sdpa': None},
     ('target_modules', 'lora_target_modules'): {'all-linear': 'ALL'},
     ('torch_dtype', 'dtype'): {'bfloat16': 'bf16', 'float16': 'fp16', 'float32': 'fp32'},
+}
+# same meaning, different word: used when the target field has choices that lack the given value
+VALUE_SYNONYMS: dict[str, dict[str, str]] = {
+    'attn_impl': {'flash_attention_2': 'flash_attn', 'flash_attn': 'flash_attention_2'},
 }
 # legacy spellings whose values are bools (HF string_to_bool)
 BOOL_SPELLINGS = {'use_flash_attn'}
@@ -216,8 +222,16 @@ def spell_value(concept: str, value: str, version: str, command: str = 'sft') ->
     if not is_legacy:
         canon = value
     if flag == canonical_name or (c, flag) not in VALUE_MAPS:
-        return flag, canon
-    return flag, _from_canonical(c, flag, canon)
+        out = canon
+    else:
+        out = _from_canonical(c, flag, canon)
+    if out is not None:
+        spec = _table(version).specs(normalize_command(command)).get(flag)
+        if spec is not None and spec.choices is not None and out not in {str(x) for x in spec.choices}:
+            syn = VALUE_SYNONYMS.get(c, {}).get(out.lower())
+            if syn is not None and syn in {str(x) for x in spec.choices}:
+                out = syn
+    return flag, out
 
 
 # ----------------------------------------------------------------------------- renames

@@ -11,6 +11,7 @@ Contract: `scan_block(block, quote)` finds every training dict that starts with
   reads those with the slow `dicts.parse_dict`;
 - `dict_line_mask`: which lines of the block hold a training dict, so the caller
   scans only the other lines for INFO lines and errors.
+With `line_start_only` (logging.jsonl) a dict counts only when it starts its line.
 No Python loop runs per row: a 1M-step log is a few numpy passes per 16 MiB block.
 """
 from __future__ import annotations
@@ -46,7 +47,7 @@ def _find(a: np.ndarray, pat: bytes) -> np.ndarray:
     return np.flatnonzero(m)
 
 
-def scan_block(block: bytes, quote: bytes = b"'") -> BlockScan:
+def scan_block(block: bytes, quote: bytes = b"'", line_start_only: bool = False) -> BlockScan:
     a = np.frombuffer(block, dtype=np.uint8)
     q = quote[0]
     nl = np.flatnonzero(a == _NL)
@@ -66,6 +67,12 @@ def scan_block(block: bytes, quote: bytes = b"'") -> BlockScan:
     if len(starts) == 0:
         return res
     line_of = np.searchsorted(nl, starts)  # 0-based line index within block
+    if line_start_only:  # logging.jsonl: a row is a whole line (the summary nests log_history dicts)
+        lstart = np.concatenate(([0], nl + 1))[line_of]
+        keep = starts == lstart
+        starts, line_of = starts[keep], line_of[keep]
+        if len(starts) == 0:
+            return res
     # one dict per line: keep the first start on each line
     first = np.ones(len(starts), bool)
     first[1:] = line_of[1:] != line_of[:-1]

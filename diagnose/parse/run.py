@@ -122,7 +122,7 @@ def _apply_jsonl(path: Path, run: Run, clues: dict[str, Any]) -> StepRows:
     for block in iter_blocks(path):
         if base == 0:
             check_not_binary(block[:65536], str(path))
-        scan = scan_block(block, quote=b'"')
+        scan = scan_block(block, quote=b'"', line_start_only=True)
         for keys, cols, lines in scan.groups:
             rows.add_group(keys, cols, lines + base + 1)
         nl = scan.newlines
