@@ -75,3 +75,12 @@ def test_bad_override_is_a_clear_error():
         load_rules(overrides=["DL001.nope=3"])
     with pytest.raises(RuleError, match="no rule"):
         load_rules(overrides=["ZZ999.max=3"])
+
+
+def test_generated_docs_are_current():
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    p = subprocess.run([sys.executable, str(root / "tools" / "gen_docs.py"), "--check"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout

@@ -48,6 +48,7 @@ class AttachOptions:
     fake_nvml: str | None = None
     gpu: str | None = None
     params: list[str] = field(default_factory=list)
+    gpus: list[int] | None = None  # the job's GPUs as NVML indices, when the user names them
     end_grace_s: float = 1.0  # after the job's last process exits, wait this long for final writes
 
 
@@ -143,6 +144,7 @@ class AttachSession:
         self._host_feats: dict[str, Any] | None = None
         self._host_t = 0.0
         self._last_parse = 0.0
+        self._refresh_t = time.monotonic()
         self._parse_cost = 0.0
         self._pending = False  # lines arrived but not parsed yet
         self._urgent = False
@@ -157,7 +159,14 @@ class AttachSession:
         self.notes: list[str] = list(target.notes)
 
     # ------------------------------------------------------------------ setup
+    @property
+    def gpus_linked(self) -> bool:
+        """GPU samples describe this job: it runs here (PID known) or the user named its GPUs."""
+        return self.target.pid is not None or self.target.gpus_pinned
+
     def start(self) -> None:
+        if self.opts.gpus is not None:
+            self.target.pin_gpus(self.opts.gpus)
         self._sync_paths()
         if self.target.pid is not None:
             from diagnose.host import HostMonitor
@@ -169,27 +178,31 @@ class AttachSession:
             self.nvml_notice = "GPU sampling off (--no-gpu): log-only mode"
 
     def _start_nvml(self) -> None:
-        from diagnose.nvml.backend import NvmlUnavailable, load_backend
+        from diagnose.nvml.backend import NvmlUnavailable, open_backend
         from diagnose.nvml.sampler import Sampler, SamplerThread
         from diagnose.nvml.samples import SampleSet
 
         try:
-            nv = load_backend(self.opts.fake_nvml)
+            nv = open_backend(self.opts.fake_nvml)
+            nv.nvmlShutdown()  # the sampler initialises it again and owns it from here
             sampler = Sampler(nv)
             header = sampler.open()
             if not sampler.gpus:
                 sampler.close()
                 raise NvmlUnavailable("NVML sees no GPU")
         except NvmlUnavailable as e:
-            self.nvml_notice = f"no NVML ({e.message}): log-only mode, no GPU metrics"
+            self.nvml_notice = f"log-only mode, no GPU metrics: {e.message}"
             return
         except Exception as e:  # NVMLError from a half-working driver
-            self.nvml_notice = f"no NVML ({type(e).__name__}: {e}): log-only mode, no GPU metrics"
+            self.nvml_notice = f"log-only mode, no GPU metrics: NVML failed ({type(e).__name__}: {e})"
             return
         header["target"] = {"pid": self.target.pid, "spec": self.target.spec}
         self.samples = SampleSet(header)
         sinks = [self._keep]
-        out = self._samples_file()
+        out = self._samples_file() if self.gpus_linked else None
+        if not self.gpus_linked:
+            self.notes.append("no local process for this job: GPU samples are shown but not used in the diagnosis "
+                              "(name its GPUs with --gpus to use them)")
         if out is not None:
             from diagnose.nvml.samples import SampleWriter
 
@@ -351,10 +364,12 @@ class AttachSession:
         now = time.monotonic()
         t = self.target
         had = t.log_paths()
-        t.refresh(self._nvml_pids())
-        if t.log_paths() != had:
-            self._sync_paths()
-            self._pending = True
+        if force or now - self._refresh_t >= 1.0:  # a /proc walk: once a second is plenty
+            t.refresh(self._nvml_pids())
+            self._refresh_t = now
+            if t.log_paths() != had:
+                self._sync_paths()
+                self._pending = True
         ch = self.follower.poll()
         self._check_deleted(ch.deleted)
         if ch.changed:
@@ -370,11 +385,13 @@ class AttachSession:
         if ended:
             self._ended = True
             return None  # the caller asks for final()
+        # re-parsing may take at most max_parse_share of a core; urgent lines skip the period, not the budget
+        since = now - self._last_parse
         budget = self._parse_cost / max(self.opts.max_parse_share, 1e-3)
-        due = now - self._last_parse >= max(self.opts.parse_every_s, budget)
+        due = since >= max(self.opts.parse_every_s, budget)
         urgent = self._urgent
         parsed = False
-        if (self._pending and (urgent or due or force)) or (self.run is None and had and due):
+        if (self._pending and (due or force or (urgent and since >= budget))) or (self.run is None and had and due):
             self._parse()
             parsed = True
         if t.gpus is not None and t.gpus != self._marked_gpus:
@@ -398,7 +415,7 @@ class AttachSession:
                 g["summary"] = gsum
             except InputError:
                 pass
-        diag = self._diagnose(live, host, gsum)
+        diag = self._diagnose(live, host, gsum if self.gpus_linked else None)
         alerts = self._alerts(diag, now)
         prog = progress_of(self.run) if self.run is not None else None
         sig = (prog or {}).get("rows"), tuple(sorted(self.seen_rules)), self.run.total_lines if self.run else None

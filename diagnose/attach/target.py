@@ -206,6 +206,7 @@ class Target:
     gpu_source: str | None = None  # nvml-procs | CUDA_VISIBLE_DEVICES | none
     cuda_visible_devices: str | None = None
     add_version: bool = True
+    gpus_pinned: bool = False  # the user named the GPUs (--gpus): keep them
     notes: list[str] = field(default_factory=list)
 
     def alive(self) -> bool:
@@ -255,7 +256,12 @@ class Target:
                 self.run_dir = rd
         self._gpus(nvml_pids)
 
+    def pin_gpus(self, gpus: list[int]) -> None:
+        self.gpus, self.gpu_source, self.gpus_pinned = list(gpus), "--gpus", True
+
     def _gpus(self, nvml_pids: dict[int, set[int]] | None) -> None:
+        if self.gpus_pinned:
+            return
         if nvml_pids and self.pids:
             mine = set(self.pids)
             hit = sorted(i for i, ps in nvml_pids.items() if ps & mine)

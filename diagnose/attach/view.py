@@ -71,7 +71,15 @@ def _header(snap: Snapshot) -> Text:
         h.append(f"  PID {t['pid']}")
         if t.get("command"):
             h.append(f" ({t['command'][:60]})", style="dim")
-    state = "ended" if snap.ended else ("running" if snap.alive else ("following files" if not t.get("pid") else "exited"))
+    finished = bool(snap.run is not None and snap.run.ended)
+    if snap.ended:
+        state = "ended"
+    elif snap.alive:
+        state = "running"
+    elif t.get("pid"):
+        state = "exited"
+    else:
+        state = "finished (files only)" if finished else "following files"
     h.append(f"  [{state}]", style="green" if state == "running" else "yellow")
     h.append(f"\nlog: {t.get('log') or 'waiting for the job to create its log…'}", style="dim")
     gpus = t.get("gpus")
@@ -111,7 +119,7 @@ def _gpus(g: dict[str, Any]) -> Any:
     if g.get("nvml") != "ok":
         return Text(f"GPU: {g.get('nvml')}", style="dim")
     tab = Table(box=None, pad_edge=False, show_edge=False, header_style="dim")
-    for col in ("GPU", "util (last 60 samples)", "util", "memory used/total", "power", "temp", "throttle"):
+    for col in ("GPU", "util history", "util", "memory used/total", "power", "temp", "throttle"):
         tab.add_column(col)
     series = g.get("util_series") or {}
     for r in g.get("latest") or []:

@@ -35,6 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where to append GPU samples (default: swiftdoc-samples.jsonl in the run folder)")
     parser.add_argument("--no-samples-file", action="store_true", help="keep GPU samples in memory only")
     parser.add_argument("--no-gpu", action="store_true", help="do not use NVML (log-only mode)")
+    parser.add_argument("--gpus", metavar="LIST", help="the job's GPUs as NVML indices, e.g. 0,1 (default: found "
+                        "from the NVML process list or the job's CUDA_VISIBLE_DEVICES)")
     parser.add_argument("--gpu", help="GPU model for capacity and MFU when NVML cannot tell, e.g. A100-80GB")
     parser.add_argument("--param", action="append", default=[], metavar="RULE.param=VALUE",
                         help="override a rule threshold (repeatable)")
@@ -62,10 +64,16 @@ def run(args: argparse.Namespace) -> int:
 
     if args.interval <= 0 or args.poll <= 0:
         raise UsageError("--interval and --poll must be > 0")
+    gpus = None
+    if args.gpus is not None:
+        try:
+            gpus = [int(x) for x in args.gpus.split(",") if x.strip()]
+        except ValueError:
+            raise UsageError(f"--gpus: expected indices like 0,1, got '{args.gpus}'") from None
     target = resolve_target(args.target)
     samples_out = None if args.no_samples_file else (args.samples_out or "auto")
     opts = AttachOptions(interval_s=args.interval, poll_s=args.poll, samples_out=samples_out, nvml=not args.no_gpu,
-                         fake_nvml=args.fake_nvml, gpu=args.gpu, params=args.param)
+                         fake_nvml=args.fake_nvml, gpu=args.gpu, params=args.param, gpus=gpus)
     session = AttachSession(target, opts)
     session.start()
     if session.nvml_notice and not args.no_gpu:

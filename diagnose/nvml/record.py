@@ -42,12 +42,13 @@ def _plain(v: Any) -> Any:
 
 
 class RecordingNVML:
-    def __init__(self, nvml: Any):
+    def __init__(self, nvml: Any, clock: Any = time.monotonic):
         self._nv = nvml
+        self._clock = clock
         self.NVMLError = nvml.NVMLError
         for c in B.USED_CONSTANTS:
             setattr(self, c, getattr(nvml, c))
-        self.t0 = time.monotonic()
+        self.t0 = clock()
         self.system: dict[str, Any] = {}
         self.devices: list[dict[str, Any]] = []
         self.frames: list[dict[str, Any]] = []
@@ -57,7 +58,7 @@ class RecordingNVML:
         self._uuid_index: dict[str, int] = {}
 
     def new_frame(self) -> None:
-        self.frames.append({"t": round(time.monotonic() - self.t0, 3), "devices": [{} for _ in self.devices]})
+        self.frames.append({"t": round(self._clock() - self.t0, 3), "devices": [{} for _ in self.devices]})
 
     def __getattr__(self, name: str) -> Any:
         if name not in B.USED_CALLS:
@@ -93,7 +94,7 @@ class RecordingNVML:
             if isinstance(res, Exception):
                 raise res
             uuid = _plain(self._nv.nvmlDeviceGetUUID(res.device))
-            self.events.append({"t": round(time.monotonic() - self.t0, 3), "device": self._uuid_index.get(uuid),
+            self.events.append({"t": round(self._clock() - self.t0, 3), "device": self._uuid_index.get(uuid),
                                 "eventType": int(res.eventType), "eventData": int(res.eventData)})
             return res
         if ans is None:

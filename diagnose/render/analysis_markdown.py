@@ -26,14 +26,16 @@ def diagnosis_markdown(diag: Diagnosis, run: Run) -> str:
             ev = f.evidence.replace("|", "\\|")
             out.append(f"| {f.severity} | `{f.rule}` {f.slug} | {f.summary} | {ev} | {', '.join(map(str, f.lines[:6]))} |")
         out.append("")
-        ops = []
+        ops: list[str] = []
+        seen: set[str] = set()
         for f in diag.findings:
             for r in f.remedies:
-                if r.effect == "advice" and not r.ops:
-                    continue
+                lines = [ln for op in r.ops for ln in op_lines(op)]
+                if r.effect == "advice" or not lines or all(ln in seen for ln in lines):
+                    continue  # advice is listed below; an op already suggested is not repeated
+                seen.update(lines)
                 ops.append(f"# {f.rule} [{r.effect}] {r.title}")
-                for op in r.ops:
-                    ops += op_lines(op)
+                ops += lines
         if ops:
             out += ["### Suggested changes", "", "```diff", *ops, "```", ""]
         adv = [(f.rule, r) for f in diag.findings for r in f.remedies if r.effect == "advice"]
