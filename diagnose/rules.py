@@ -197,8 +197,9 @@ def apply_overrides(rules: list[Rule], overrides: list[str] | None) -> None:
 def load_rules(directory: Path | None = None, overrides: list[str] | None = None) -> list[Rule]:
     import yaml
 
-    from diagnose.features.registry import REGISTRY, compute_features  # noqa: F401 - registers families
-    from diagnose.features import config, dataset, events, gpu, hostside, memory, steps  # noqa: F401
+    from diagnose.features.registry import REGISTRY, load_families
+
+    load_families()
 
     d = directory or default_rules_dir()
     files = sorted(d.glob("*.yaml")) + sorted(d.glob("*.yml"))

@@ -1,7 +1,7 @@
 """Replay a captured ms-swift run as if it were running now (tests, benches, demos of attach).
 
     python <dir>/swift/cli/sft.py --replay train.log [--jsonl logging.jsonl] --output_dir OUT \
-        [--pace 0.05] [--inject-file FILE] [--hold 0]
+        [--pace 0.05] [--step-pace S] [--inject-file FILE] [--hold 0] [--loop]
 
 The launcher script must live under a `swift/cli/` folder so attach sees an
 ms-swift rank (`write_launcher(dir)` creates one that calls `main`).  Lines of
@@ -45,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--args-json")
     ap.add_argument("--output_dir", required=True)
     ap.add_argument("--pace", type=float, default=0.05)
+    ap.add_argument("--step-pace", type=float, help="seconds after each training-step line (default: --pace)")
     ap.add_argument("--inject-file")
     ap.add_argument("--hold", type=float, default=0.0)
     ap.add_argument("--loop", action="store_true", help="replay the step lines again and again until killed")
@@ -87,10 +88,11 @@ def main(argv: list[str] | None = None) -> int:
             jl.flush()
             ri += 1
 
+    step_pace = a.pace if a.step_pace is None else a.step_pace
     for ln in lines:
         emit(ln)
         inject()
-        time.sleep(a.pace)
+        time.sleep(step_pace if _STEP.search(ln) else a.pace)
     if a.loop:
         steps = [ln for ln in lines if _STEP.search(ln) and "train_runtime" not in ln]
         while steps:
@@ -98,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
                 out.write(ln)
                 out.flush()
                 inject()
-                time.sleep(a.pace)
+                time.sleep(step_pace)
     end = time.monotonic() + a.hold
     while time.monotonic() < end:
         inject()

@@ -22,6 +22,7 @@ agree.
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -137,6 +138,8 @@ class AttachSession:
         self.samples = None  # SampleSet (in memory)
         self.samples_path: Path | None = None
         self._writer: Any = None
+        self._want_file = False
+        self._header: dict[str, Any] = {}
         self._sampler: Any = None
         self._thread: Any = None
         self._lock = threading.Lock()
@@ -198,59 +201,73 @@ class AttachSession:
             return
         header["target"] = {"pid": self.target.pid, "spec": self.target.spec}
         self.samples = SampleSet(header)
-        sinks = [self._keep]
-        out = self._samples_file() if self.gpus_linked else None
+        self._header = header
+        self._want_file = self.gpus_linked and self.opts.samples_out is not None
         if not self.gpus_linked:
             self.notes.append("no local process for this job: GPU samples are shown but not used in the diagnosis "
                               "(name its GPUs with --gpus to use them)")
-        if out is not None:
-            from diagnose.nvml.samples import SampleWriter
-
-            try:
-                self._writer = SampleWriter(out)
-                self._writer.write(header)
-                self.samples_path = out
-                sinks.append(self._write)
-            except OSError as e:
-                self.notes.append(f"cannot write samples to {out} ({e.strerror}); keeping them in memory only")
         self._sampler = sampler
-        self._thread = SamplerThread(sampler, self.opts.interval_s, sinks)
+        self._thread = SamplerThread(sampler, self.opts.interval_s, [self._keep])
         self._thread.start()
+        self._open_samples_file(final=False)
 
-    def _samples_file(self) -> Path | None:
+    def _samples_file(self, final: bool) -> Path | None:
+        """Where analyze will look: the run folder (may appear only after start-up); at the end, next to the log."""
         o = self.opts.samples_out
-        if o is None:
-            return None
         if o != "auto":
-            return Path(o)
+            return Path(o) if o else None
         from diagnose.nvml.samples import SAMPLES_FILENAME
 
         t = self.target
-        for d in (t.run_dir, t.stdout_log.parent if t.stdout_log else None, t.output_dir):
-            if d is not None and d.is_dir():
-                import os
-
-                if os.access(d, os.W_OK):
-                    return d / SAMPLES_FILENAME
+        dirs = [t.run_dir]
+        if final or (t.output_dir is None and t.run_dir is None):
+            dirs += [t.stdout_log.parent if t.stdout_log else None, t.output_dir]
+        for d in dirs:
+            if d is not None and d.is_dir() and os.access(d, os.W_OK):
+                return d / SAMPLES_FILENAME
         return None
+
+    def _open_samples_file(self, final: bool) -> None:
+        """Open the samples file once its place is known and write what was sampled so far."""
+        if self._writer is not None or not self._want_file:
+            return
+        out = self._samples_file(final)
+        if out is None:
+            if final:
+                self._want_file = False
+            return
+        from diagnose.nvml.samples import SampleWriter
+
+        with self._lock:
+            try:
+                w = SampleWriter(out)
+                w.write(self._header)
+                backlog = sorted(self.samples.records + self.samples.marks, key=lambda r: float(r.get("t", 0)))
+                for rec in backlog:
+                    w.write(rec)
+            except OSError as e:
+                self.notes.append(f"cannot write samples to {out} ({e.strerror}); keeping them in memory only")
+                self._want_file = False
+                return
+            self._writer = w
+            self.samples_path = out
 
     def _keep(self, rec: dict[str, Any]) -> None:
         with self._lock:
             self.samples.add(rec)
+            self._write(rec)
 
     def _write(self, rec: dict[str, Any]) -> None:
+        if self._writer is None:
+            return  # kept in memory; written with the backlog once the file is opened
         try:
             self._writer.write(rec)
         except (OSError, ValueError):
             pass  # disk full / closed: keep sampling in memory
 
     def _mark(self, rec: dict[str, Any]) -> None:
-        if self.samples is None:
-            return
-        with self._lock:
-            self.samples.add(rec)
-        if self._writer is not None:
-            self._write(rec)
+        if self.samples is not None:
+            self._keep(rec)
 
     def _sync_paths(self) -> None:
         for p in self.target.log_paths():
@@ -370,6 +387,7 @@ class AttachSession:
             if t.log_paths() != had:
                 self._sync_paths()
                 self._pending = True
+            self._open_samples_file(final=False)
         ch = self.follower.poll()
         self._check_deleted(ch.deleted)
         if ch.changed:
@@ -467,6 +485,7 @@ class AttachSession:
         if self._sampler is not None:
             self._sampler.close()
             self._sampler = None
+        self._open_samples_file(final=True)
         if self._writer is not None:
             try:
                 self._writer.write({"kind": "end", "t": round(time.time(), 3)})

@@ -71,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
         except ValueError:
             raise UsageError(f"--gpus: expected indices like 0,1, got '{args.gpus}'") from None
     target = resolve_target(args.target)
-    samples_out = None if args.no_samples_file else (args.samples_out or "auto")
+    # one snapshot is too short a window to leave a samples file behind for analyze
+    samples_out = None if (args.no_samples_file or args.once) else (args.samples_out or "auto")
     opts = AttachOptions(interval_s=args.interval, poll_s=args.poll, samples_out=samples_out, nvml=not args.no_gpu,
                          fake_nvml=args.fake_nvml, gpu=args.gpu, params=args.param, gpus=gpus)
     session = AttachSession(target, opts)

@@ -2,7 +2,7 @@
 
 Contract: `@feature(name, unit, doc, family)` registers a function `fn(ctx) -> value`
 (or `(value, lines)`); `compute_features` imports the family modules, evaluates
-every feature once in registration order (a feature may read earlier ones via
+every feature once in FAMILY_ORDER, registration order within a family (a feature may read earlier ones via
 `ctx.get(name)`), and turns any exception inside one feature into None plus a
 note, so one odd input never sinks the diagnosis.
 """
@@ -25,6 +25,18 @@ class Feature:
 
 
 REGISTRY: dict[str, Feature] = {}
+# evaluation order by family: later families read earlier ones (whatever order modules were imported in)
+FAMILY_ORDER = ("events", "host", "config", "dataset", "steps", "gpu", "memory")
+
+
+def load_families() -> None:
+    from diagnose.features import config, dataset, events, gpu, hostside, memory, steps  # noqa: F401
+
+
+def ordered() -> list[Feature]:
+    load_families()
+    rank = {f: i for i, f in enumerate(FAMILY_ORDER)}
+    return sorted(REGISTRY.values(), key=lambda f: rank.get(f.family, len(rank)))  # stable within a family
 
 
 def feature(name: str, unit: str, doc: str, family: str) -> Callable[[Callable[["Ctx"], Any]], Callable[["Ctx"], Any]]:
@@ -87,12 +99,9 @@ def _clean(v: Any) -> Any:
 
 def compute_features(run: Run, samples: dict[str, Any] | None = None, host: dict[str, Any] | None = None,
                      options: Options | None = None) -> Features:
-    # registration order = evaluation order: later families read earlier ones
-    from diagnose.features import events, hostside, config, dataset, steps, gpu, memory  # noqa: F401
-
     ctx = Ctx(run, samples, host, options or Options())
     notes: list[str] = []
-    for f in REGISTRY.values():
+    for f in ordered():
         try:
             out = f.fn(ctx)
         except Exception as e:  # a feature bug must not hide the others

@@ -8,7 +8,7 @@ Contract: `resolve_inputs(inputs, stdin=None) -> Sources`.
   args file next to that logging.jsonl; its file names are kept as version clues;
 - `-` reads standard input as one capture.
 Raises `InputError` (exit 2) for a missing path, a directory with no logs, or
-binary data.  `iter_blocks(path)` yields ~16 MiB byte blocks cut at newlines.
+binary data.  `iter_blocks(path)` yields ~8 MiB byte blocks cut at newlines.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from diagnose.errors import InputError
 
-BLOCK = 1 << 24
+BLOCK = 1 << 23  # 8 MiB: bounds the per-block numpy temporaries
 _LOG_SUFFIXES = {".log", ".txt", ".out", ".err", ".stdout", ".stderr"}
 _VDIR = re.compile(r"^v(\d+)-\d{8}-\d{6}$")
 

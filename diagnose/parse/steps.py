@@ -27,6 +27,7 @@ _PRESENCE_COLS = ("loss", "grad_norm", "learning_rate", "token_acc", "memory_gib
 class StepRows:
     def __init__(self) -> None:
         self._parts: list[dict[str, np.ndarray]] = []
+        self._part_keys: list[tuple[int, set[str]]] = []  # (rows, columns present) per group
         self._dicts: list[dict[str, float]] = []
         self.layouts: list[list[str]] = []
 
@@ -52,6 +53,7 @@ class StepRows:
                         out["train_speed_s_per_it"] = np.where(v > 0, 1.0 / v, np.nan)
                     out["_kind"] = np.full(n, _KIND_IPS)
         self._parts.append(out)
+        self._part_keys.append((n, set(out)))
         if keys not in self.layouts:
             self.layouts.append(keys)
 
@@ -109,24 +111,24 @@ class StepRows:
 
     def build(self, start_step: float = 0.0) -> StepsTable:
         cols_all = list(STEP_COLUMNS) + ["_kind"]
-        chunks: dict[str, list[np.ndarray]] = {c: [] for c in cols_all}
-        present: dict[str, list[np.ndarray]] = {c: [] for c in _PRESENCE_COLS}
-        for part in self._parts:
-            n = len(part["line"])
-            for c in cols_all:
-                chunks[c].append(part[c] if c in part else np.full(n, np.nan))
-            for c in _PRESENCE_COLS:
-                present[c].append(np.full(n, c in part))
-        if self._dicts:
-            n = len(self._dicts)
-            for c in cols_all:
-                chunks[c].append(np.array([d.get(c, np.nan) for d in self._dicts], dtype=np.float64))
-            for c in _PRESENCE_COLS:
-                present[c].append(np.array([c in d for d in self._dicts], dtype=bool))
-        if not chunks["line"]:
+        if not self._parts and not self._dicts:
             return StepsTable()
-        cols = {c: np.concatenate(v) for c, v in chunks.items()}
-        pres = {c: np.concatenate(v) for c, v in present.items()}
+        nd = len(self._dicts)
+        cols: dict[str, np.ndarray] = {}
+        for c in cols_all:  # column by column, releasing the pieces: peak memory ≈ table + one column
+            pieces = [part.pop(c) if c in part else np.full(n, np.nan)
+                      for part, (n, _keys) in zip(self._parts, self._part_keys)]
+            if nd:
+                pieces.append(np.array([d.get(c, np.nan) for d in self._dicts], dtype=np.float64))
+            cols[c] = np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
+            del pieces
+        pres: dict[str, np.ndarray] = {}
+        for c in _PRESENCE_COLS:
+            bits = [np.full(n, c in keys) for n, keys in self._part_keys]
+            if nd:
+                bits.append(np.array([c in d for d in self._dicts], dtype=bool))
+            pres[c] = np.concatenate(bits)
+        self._parts, self._part_keys = [], []
         order = np.argsort(cols["line"], kind="stable")
         if not (order == np.arange(len(order))).all():
             cols = {c: v[order] for c, v in cols.items()}
