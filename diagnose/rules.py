@@ -201,6 +201,7 @@ def load_rules(directory: Path | None = None, overrides: list[str] | None = None
 
     load_families()
 
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: ~10x faster than pure Python
     d = directory or default_rules_dir()
     files = sorted(d.glob("*.yaml")) + sorted(d.glob("*.yml"))
     if not files:
@@ -210,7 +211,7 @@ def load_rules(directory: Path | None = None, overrides: list[str] | None = None
     seen: dict[str, str] = {}
     for f in files:
         try:
-            data = yaml.safe_load(f.read_text(encoding="utf-8"))
+            data = yaml.load(f.read_text(encoding="utf-8"), Loader=loader)
         except yaml.YAMLError as e:
             raise RuleError(f"{f.name}: not valid YAML ({str(e).splitlines()[0]})") from None
         if not isinstance(data, dict):
