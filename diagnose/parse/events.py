@@ -87,7 +87,7 @@ SIGNATURES: list[tuple[str, re.Pattern[str], Any]] = [
     ("nccl_timeout", re.compile(r"Watchdog caught collective operation timeout|collective operation timeout"), _timeout_detail),
     ("bus_error", re.compile(
         r"\bBus error\b|\bSIGBUS\b|exitcode\s*:\s*-7\b|insufficient shared memory|unable to write to file </torch_"
-        r"|unable to (?:open|mmap) shared memory"), _exitcode_detail),
+        r"|unable to (?:open|mmap|allocate) shared memory"), _exitcode_detail),
     ("host_oom", re.compile(
         r"^\s*Killed\s*$|exitcode\s*:\s*-9\b|killed by signal: Killed|Signal 9 \(SIGKILL\)|^\s*MemoryError\b"
         r"|Cannot allocate memory|std::bad_alloc|DefaultCPUAllocator: can't allocate memory"), _exitcode_detail),

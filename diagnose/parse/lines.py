@@ -218,6 +218,8 @@ class InfoScanner:
             return
         if "Saving model checkpoint to " in s or "last_model_checkpoint: " in s:
             path = re.split(r"Saving model checkpoint to |last_model_checkpoint: ", s)[-1].strip()
+            if path in ("None", ""):
+                return
             m = re.search(r"checkpoint-(\d+)", path)
             self.checkpoints.append({"path": path, "step": int(m.group(1)) if m else None, "line": lineno})
             return

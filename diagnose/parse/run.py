@@ -167,7 +167,7 @@ def _run_summary(d: dict[str, Any], run: Run, clues: dict[str, Any]) -> None:
             info.cls, info.params_m, info.trainable_m = m.group(1), float(m.group(2)), float(m.group(3))
             info.trainable_pct, info.buffers_m = float(m.group(4)), float(m.group(5))
             run.model = info
-    if d.get("last_model_checkpoint"):
+    if d.get("last_model_checkpoint") not in (None, "", "None"):
         run.checkpoints.append({"path": d["last_model_checkpoint"], "step": d.get("global_step"), "line": None})
     mem = d.get("memory")
     if isinstance(mem, (int, float)):
