@@ -1,12 +1,14 @@
 """Follow log files that another process is writing: growth, truncation, rotation, deletion.
 
-Contract: `LogFollower(paths)`; `poll() -> Change` stats every path (no reading
+Contract: `LogFollower(paths, start_at_end=False)`; `poll() -> Change` stats every path (no reading
 when nothing changed) and reads only the bytes appended since the last poll, up
 to whole lines, to test them against `URGENT` (the error signatures of
 `parse.events`, tracebacks, NaN/inf values).  A file that shrank was truncated
 (read again from 0); one whose inode changed at the same path was rotated (the
 new file is read from 0); a path that vanished is reported in `deleted`.  Paths
-that do not exist yet are watched until they appear (`appeared`).
+that do not exist yet are watched until they appear (`appeared`, scanned from 0).
+With `start_at_end`, content present when a path is added is not scanned (the
+caller parses it in full anyway).
 The follower opens files read-only and never holds them open between polls.
 """
 from __future__ import annotations

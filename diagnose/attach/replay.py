@@ -1,7 +1,7 @@
 """Replay a captured ms-swift run as if it were running now (tests, benches, demos of attach).
 
     python <dir>/swift/cli/sft.py --replay train.log [--jsonl logging.jsonl] --output_dir OUT \
-        [--pace 0.05] [--step-pace S] [--inject-file FILE] [--hold 0] [--loop]
+        [--pace 0.05] [--step-pace S] [--inject-file FILE] [--hold 0] [--loop [--loop-pace S]]
 
 The launcher script must live under a `swift/cli/` folder so attach sees an
 ms-swift rank (`write_launcher(dir)` creates one that calls `main`).  Lines of
@@ -49,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--inject-file")
     ap.add_argument("--hold", type=float, default=0.0)
     ap.add_argument("--loop", action="store_true", help="replay the step lines again and again until killed")
+    ap.add_argument("--loop-pace", type=float, help="seconds between step lines while looping (default: --step-pace)")
     a, _ = ap.parse_known_args(argv)
     lines = Path(a.replay).read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)
     rows = []
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
                 out.write(ln)
                 out.flush()
                 inject()
-                time.sleep(step_pace)
+                time.sleep(step_pace if a.loop_pace is None else a.loop_pace)
     end = time.monotonic() + a.hold
     while time.monotonic() < end:
         inject()

@@ -6,7 +6,8 @@ log-only mode and `nvml_notice` says why in one line) and the samples file;
 something changed (new log lines parsed, new findings, the job ended, or a GPU
 heartbeat is due); `final() -> Snapshot` is the last word once the job ended;
 `close()` stops the sampler.  A snapshot's `alerts` are findings whose rule had
-not fired before in this session.
+not fired before in this session (warnings and errors, and any finding in a
+failure category: nan, oom, nccl, bus_error, interrupted).
 
 Costs stay small and bounded (attach runs next to the job): files are stat'ed
 every `poll_s`; only appended bytes are read for the urgent scan; the full
@@ -35,6 +36,11 @@ from diagnose.attach.follow import LogFollower
 from diagnose.attach.target import Target
 from diagnose.errors import InputError
 from diagnose.models import Run
+
+
+# a finding in these categories is an alert whatever its severity (an isolated nan step is
+# "info" once the run is over, but the moment it appears nobody knows yet whether it recovers)
+_FAILURE_CATEGORIES = {"nan", "oom", "nccl", "bus_error", "interrupted"}
 
 
 @dataclass
@@ -130,7 +136,8 @@ class AttachSession:
     def __init__(self, target: Target, options: AttachOptions | None = None):
         self.target = target
         self.opts = options or AttachOptions()
-        self.follower = LogFollower()
+        # what the logs hold at attach time is parsed in full; only later lines need the urgent scan
+        self.follower = LogFollower(start_at_end=True)
         self.run: Run | None = None
         self.seq = 0
         self.seen_rules: set[str] = set()
@@ -370,10 +377,12 @@ class AttachSession:
             return []
         out = []
         for f in diag.get("findings", []):
-            if f["rule"] in self.seen_rules or f["severity"] == "info":
+            if f["rule"] in self.seen_rules:
                 continue
+            if f["severity"] == "info" and f.get("category") not in _FAILURE_CATEGORIES:
+                continue  # informational config notes are shown, not alerted
             self.seen_rules.add(f["rule"])
-            out.append({"rule": f["rule"], "slug": f.get("slug"), "severity": f["severity"],
+            out.append({"rule": f["rule"], "slug": f.get("slug"), "category": f.get("category"), "severity": f["severity"],
                         "summary": f["summary"], "evidence": f.get("evidence"), "t": round(time.time(), 3)})
         return out
 

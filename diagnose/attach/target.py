@@ -12,7 +12,7 @@ ranks are processes running `swift/cli/<cmd>.py`.  `--output_dir` (relative to
 the launcher's cwd; default `output/<model basename>`) gives the output dir; its
 newest `v<N>-<date>` folder created after the job started is the run dir
 (`logging.jsonl`, `args.json`); `/proc/PID/fd/1` gives the stdout capture when
-stdout is a regular file.  GPUs: `CUDA_VISIBLE_DEVICES` from the ranks'
+stdout is a regular file, or a pipe read by `tee FILE`.  GPUs: `CUDA_VISIBLE_DEVICES` from the ranks'
 environment (indices are taken as NVML indices, i.e. CUDA_DEVICE_ORDER=PCI_BUS_ID),
 refined by the NVML process list when it names a job PID.
 """
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -295,8 +294,23 @@ class Target:
             "gpus": self.gpus,
             "gpu_source": self.gpu_source,
             "alive": self.alive(),
-            "command": " ".join(self.cmdline[:3]) if self.cmdline else None,
+            "command": _short_command(self.cmdline),
         }
+
+
+def _short_command(cmd: list[str] | None) -> str | None:
+    """`swift sft`, `torchrun swift/cli/sft.py`, `swift/cli/sft.py`: what the job is, in a few words."""
+    if not cmd:
+        return None
+    role = swift_role(cmd)
+    if role == "launcher":
+        i = next(i for i, a in enumerate(cmd) if os.path.basename(a) in ("swift", "megatron"))
+        return f"{os.path.basename(cmd[i])} {cmd[i + 1]}"
+    script = next((a for a in cmd if "/swift/cli/" in a), None)
+    if script:
+        short = "swift/cli/" + script.split("/swift/cli/", 1)[1]
+        return ("torchrun " if role == "torchrun" else "") + short
+    return " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(cmd[:3]))[:80]
 
 
 def _run_dir_from_log(log: Path, limit: int = 4 << 20) -> Path | None:
@@ -339,10 +353,31 @@ def _stdout_file(pid: int) -> tuple[Path | None, str | None]:
         return None, None
     if link.endswith(" (deleted)"):
         return None, f"its stdout file {link[:-10]} was deleted"
+    if link.startswith("pipe:"):
+        return _tee_file(link), None  # `swift sft ... 2>&1 | tee train.log`
     if not link.startswith("/") or link.startswith(("/dev/", "/proc/")):
-        return None, None  # a terminal, pipe or socket: nothing to follow
+        return None, None  # a terminal or socket: nothing to follow
     p = Path(link)
     return (p, None) if p.is_file() else (None, None)
+
+
+def _tee_file(pipe: str) -> Path | None:
+    """The file a `| tee FILE` reading this pipe writes to (the first regular file among its fds >= 3)."""
+    for pid in _proc_pids():
+        try:
+            if os.readlink(f"/proc/{pid}/fd/0") != pipe:
+                continue
+            fds = sorted(int(f) for f in os.listdir(f"/proc/{pid}/fd") if f.isdigit() and int(f) >= 3)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("/") and not target.startswith(("/dev/", "/proc/")) and os.path.isfile(target):
+                return Path(target)
+    return None
 
 
 def _from_pid(pid: int, spec: str) -> Target:
@@ -507,13 +542,4 @@ def resolve_target(spec: str) -> Target:
     return _from_path(p, spec)
 
 
-def wait_for(cond: Any, timeout: float, poll: float = 0.1) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(poll)
-    return bool(cond())
-
-
-__all__ = ["Target", "resolve_target", "swift_role", "newest_run_dir", "pid_alive", "find_job_for_paths", "wait_for"]
+__all__ = ["Target", "resolve_target", "swift_role", "newest_run_dir", "pid_alive", "find_job_for_paths"]

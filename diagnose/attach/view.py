@@ -70,7 +70,7 @@ def _header(snap: Snapshot) -> Text:
     if t.get("pid"):
         h.append(f"  PID {t['pid']}")
         if t.get("command"):
-            h.append(f" ({t['command'][:60]})", style="dim")
+            h.append(f" ({t['command']})", style="dim")
     finished = bool(snap.run is not None and snap.run.ended)
     if snap.ended:
         state = "ended"
@@ -153,8 +153,10 @@ def _host(h: dict[str, Any] | None) -> Text:
     t = Text("host: ", style="dim")
     t.append(f"{_na(h.get('cpu_cores'))} cores")
     w = h.get("dataloader_workers_running")
-    if w is not None:
+    if w:
         t.append(f" · {w} data-loader workers ({_na(h.get('worker_cpu_pct'), '{:.0f}', '% CPU')})")
+    elif w == 0:
+        t.append(" · no data-loader worker processes")
     if h.get("rank_cpu_pct") is not None:
         t.append(f" · ranks {h['rank_cpu_pct']:.0f}% CPU")
     t.append(f" · RAM {_na(h.get('host_mem_available_gib'), '{:.1f}')}/{_na(h.get('host_mem_total_gib'), '{:.1f}')} GiB free")

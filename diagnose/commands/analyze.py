@@ -31,16 +31,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--features", action="store_true", help="include every feature value in the JSON output")
 
 
-def _samples(args: argparse.Namespace) -> dict | None:
+def _samples(args: argparse.Namespace, output_dir: str | None) -> dict | None:
+    """The samples file named by --samples, else one attach/sample wrote next to the log or in the run folder."""
     path = args.samples
     if path is None:
-        try:
-            from diagnose.nvml.samples import find_samples_near
-        except ImportError:
-            return None
+        from diagnose.nvml.samples import find_samples_near
+
         for p in args.inputs:
             if p != "-":
-                found = find_samples_near(Path(p))
+                found = find_samples_near(Path(p), output_dir=output_dir)
                 if found:
                     path = str(found)
                     break
@@ -58,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     if args.gpu and normalize_gpu(args.gpu) is None:
         raise UsageError(f"unknown --gpu '{args.gpu}'", hint="known: " + ", ".join(GPUS))
     r = read_run(args.inputs)
-    diag = analyze_run(r, samples=_samples(args),
+    diag = analyze_run(r, samples=_samples(args, r.output_dir),
                        options=AnalyzeOptions(gpu=args.gpu, cpu_cores=args.cpu_cores, params=args.param))
     if args.format == "json":
         from diagnose.render.analysis_json import diagnosis_json

@@ -14,7 +14,9 @@ for _f, _u, _d in [
     ("shm_used_frac", "fraction", "Share of /dev/shm in use."),
     ("host_mem_available_gib", "GiB", "Host RAM available."),
     ("host_mem_total_gib", "GiB", "Host RAM total."),
-    ("worker_cpu_pct", "%", "CPU use of the job's processes (100 = one core)."),
+    ("worker_cpu_pct", "%", "CPU use of the job's data-loader worker processes (100 = one core)."),
+    ("rank_cpu_pct", "%", "CPU use of the training rank processes (100 = one core)."),
+    ("dataloader_workers_running", "count", "Data-loader worker processes seen running."),
 ]:
     def _mk(key=_f):
         return lambda ctx: (ctx.host or {}).get(key)

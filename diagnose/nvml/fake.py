@@ -20,6 +20,7 @@ GPU cannot report.  `record.py` writes traces in this format from a real GPU.
 """
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import time
@@ -115,6 +116,7 @@ class FakeNVML:
         self._t0: float | None = None
         self._handles = [_Handle(i) for i in range(len(self._static))]
         self.calls = 0  # number of NVML calls made (bench / tests)
+        self._keys: dict[tuple[str, tuple[Any, ...]], str] = {}
 
     @classmethod
     def from_trace(cls, src: str | os.PathLike[str] | dict[str, Any], **kw: Any) -> FakeNVML:
@@ -135,14 +137,8 @@ class FakeNVML:
         e = self._elapsed()
         if self.loop and self._period > 0:
             e = e % self._period
-        lo, hi = 0, len(self._times)
-        while lo < hi:  # last frame with t <= e
-            mid = (lo + hi) // 2
-            if self._times[mid] <= e:
-                lo = mid + 1
-            else:
-                hi = mid
-        devs = self._frames[max(lo - 1, 0)].get("devices", [])
+        k = bisect.bisect_right(self._times, e) - 1  # last frame with t <= e
+        devs = self._frames[max(k, 0)].get("devices", [])
         return devs[i] if i < len(devs) else {}
 
     def _answer(self, call: str, h: _Handle | None, *args: Any) -> Any:
@@ -151,7 +147,9 @@ class FakeNVML:
             raise NVMLError(B.ERR_FUNCTION_NOT_FOUND)
         if self._t0 is None:
             raise NVMLError(B.ERR_UNINITIALIZED)
-        key = call + (":" + ",".join(str(int(a)) for a in args) if args else "")
+        key = self._keys.get((call, args))
+        if key is None:
+            key = self._keys[(call, args)] = call + (":" + ",".join(str(int(a)) for a in args) if args else "")
         v: Any = None
         found = False
         if h is not None:

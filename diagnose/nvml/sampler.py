@@ -9,6 +9,9 @@ Contract:
   MIG, an old driver without the function) is `None`, never 0.  A metric found
   unsupported once is not asked again (it costs a driver call per tick).
   XID critical errors seen since the last tick come in `record["xid"]`.
+  ECC counters and the process list change slowly and cost more (the process
+  list is two driver calls): they are read at most once per `slow_s` (1 s) and
+  repeated in the ticks between.
 - `run_sampler(sampler, emit, interval_s, stop, ...)`: calls `emit(record)` every
   `interval_s`; deadlines are `start + k * interval_s`, so timing does not
   accumulate error; ticks that cannot be met (a stalled driver call) are
@@ -82,7 +85,8 @@ def _s(v: Any) -> str:
 
 
 class _Gpu:
-    __slots__ = ("index", "handle", "uuid", "name", "mig", "mem_total_mib", "power_limit_w", "off", "xid")
+    __slots__ = ("index", "handle", "uuid", "name", "mig", "mem_total_mib", "power_limit_w", "off", "xid", "ecc",
+                 "procs")
 
     def __init__(self, index: int, handle: Any):
         self.index = index
@@ -94,16 +98,20 @@ class _Gpu:
         self.power_limit_w: float | None = None
         self.off: set[str] = set()  # metrics found unsupported
         self.xid = False  # registered for XID events
+        self.ecc: int | None = None  # last read (slow metric)
+        self.procs: list[dict[str, Any]] | None = None  # last read (slow metric)
 
 
 class Sampler:
     def __init__(self, nvml: Any, indices: Sequence[int] | None = None, *, wall: Callable[[], float] = time.time,
-                 procs: bool = True, xid: bool = True):
+                 procs: bool = True, xid: bool = True, slow_s: float = 1.0):
         self.nvml = nvml
         self.indices = list(indices) if indices is not None else None
         self.wall = wall
         self.want_procs = procs
         self.want_xid = xid
+        self.slow_s = slow_s
+        self._slow_t = -float("inf")
         self.gpus: list[_Gpu] = []
         self.header: dict[str, Any] = {}
         self._events: Any = None
@@ -264,6 +272,10 @@ class Sampler:
         nv = self.nvml
         t = self.wall()
         q = self._q
+        # slow-changing metrics (ECC counters, the process list: two driver calls) once per `slow_s`
+        slow = t - self._slow_t >= self.slow_s or t < self._slow_t
+        if slow:
+            self._slow_t = t
         rows = []
         for g in self.gpus:
             h = g.handle
@@ -279,8 +291,10 @@ class Sampler:
             mc = q(g, "mem_clock", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM)
             mask = self._throttle(g)
             temp = q(g, "temp", nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU)
-            ecc = q(g, "ecc", nv.nvmlDeviceGetTotalEccErrors, h, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
-                    nv.NVML_VOLATILE_ECC)
+            if slow:
+                g.ecc = q(g, "ecc", nv.nvmlDeviceGetTotalEccErrors, h, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                          nv.NVML_VOLATILE_ECC)
+                g.procs = self._procs(g) if self.want_procs else None
             if mem is not None:
                 used_mib = round(mem.used / MIB, 1)
                 g.mem_total_mib = round(mem.total / MIB, 1)
@@ -301,8 +315,8 @@ class Sampler:
                 "throttle_mask": mask,
                 "throttle": throttle_names(mask),
                 "temp_c": temp,
-                "ecc_uncorrected": ecc,
-                "procs": self._procs(g) if self.want_procs else None,
+                "ecc_uncorrected": g.ecc,
+                "procs": g.procs,
             })
         rec: dict[str, Any] = {"kind": "sample", "t": round(t, 3), "gpus": rows}
         if self._events is not None:
