@@ -29,7 +29,7 @@ FLAG_CONCEPTS = {
     "max_length", "torch_dtype", "learning_rate", "warmup_ratio", "max_grad_norm", "deepspeed", "fsdp",
     "quant_method", "quant_bits", "max_steps", "resume_from_checkpoint", "group_by_length",
     "dataloader_pin_memory", "dataloader_persistent_workers", "use_liger_kernel", "device_map",
-    "truncation_strategy", "split_dataset_ratio", "load_from_cache_file", "ddp_timeout", "eval_strategy",
+    "truncation_strategy", "split_dataset_ratio", "load_from_cache_file", "ddp_timeout", "eval_strategy", "use_cpu",
 }
 
 

@@ -8,7 +8,7 @@ from diagnose.features.registry import Ctx, feature
 
 FAMILY = "events"
 KINDS = ("cuda_oom", "host_oom", "nccl_timeout", "nccl_error", "nccl_rtx40", "ib_error", "bus_error",
-         "allocator_flush", "child_failed", "signal", "bad_args", "traceback", "nan")
+         "allocator_flush", "child_failed", "signal", "bad_args", "traceback", "nan", "ddp_inactive")
 
 
 def _events(ctx: Ctx, kind: str):
@@ -28,9 +28,9 @@ for _k in KINDS:
     feature(f"{_k}_count", "count", f"Number of `{_k}` events found in the logs (repeats from several ranks folded).", FAMILY)(_make(_k))
 
 
-@feature("error_event_count", "count", "Events that stop a run: every kind except nan, allocator_flush and traceback.", FAMILY)
+@feature("error_event_count", "count", "Events that stop a run: every kind except nan, allocator_flush, ddp_inactive and traceback.", FAMILY)
 def _errors(ctx: Ctx):
-    return sum(1 for e in ctx.run.events if e.kind not in ("nan", "allocator_flush", "traceback"))
+    return sum(1 for e in ctx.run.events if e.kind not in ("nan", "allocator_flush", "traceback", "ddp_inactive"))
 
 
 @feature("fatal_traceback", "text", "Final exception line of the first Python traceback that matched no specific signature.", FAMILY)

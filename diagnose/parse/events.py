@@ -3,7 +3,8 @@
 Contract: `EventScanner.feed(lineno, text)` is called for every non-step line in
 order; `EventScanner.events` then holds `Event`s with 1-based line numbers.
 Kinds: cuda_oom, host_oom, nccl_timeout, nccl_error, nccl_rtx40, ib_error, nan,
-bus_error, allocator_flush, child_failed, signal, bad_args, traceback.  A Python
+bus_error, allocator_flush, child_failed, signal, bad_args, ddp_inactive (several
+processes but transformers did not turn DDP on), traceback.  A Python
 traceback whose final exception line carries a specific kind is reported only as
 that kind; any other traceback becomes `traceback` at its exception line.
 Repeats of the same (kind, text) - one per rank - are folded into the first
@@ -102,12 +103,13 @@ SIGNATURES: list[tuple[str, re.Pattern[str], Any]] = [
         r"Received \d+ death signal|SignalException: Process \d+ got signal|^\s*KeyboardInterrupt\b"
         r"|Signal (?:1|2|15) \((?:SIGHUP|SIGINT|SIGTERM)\) received|got signal: (?:1|2|15)\b"), _signal_detail),
     ("child_failed", re.compile(r"ChildFailedError:"), None),
+    ("ddp_inactive", re.compile(r"process group is initialized, but parallel_mode != ParallelMode\.DISTRIBUTED"), None),
 ]
 
 # cheap prefilter: a line without any of these words cannot carry an event
 _PREFILTER = re.compile(
     r"memory|Killed|exitcode|Signal|signal|NCCL|nccl|ibv_|NET/IB|IB|Bus error|SIGBUS|shared memory|torch_|"
-    r"allocator|nan|remaining_argv|Interrupt|ChildFailed|Error|Traceback|RTX 4000|timeout|bad_alloc|allocate"
+    r"allocator|nan|remaining_argv|Interrupt|ChildFailed|Error|Traceback|RTX 4000|timeout|bad_alloc|allocate|parallel_mode"
 )
 _EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure|Warning)?)(?::\s?(.*))?$")
 _FRAME = re.compile(r"^\s+|^\s*File \"|^\s*\^+\s*$|^During handling|^The above exception|^\s*$")

@@ -181,6 +181,8 @@ def _merge_precise(table: StepsTable, precise: StepsTable) -> StepsTable:
     ps = precise["step"]
     if np.isnan(ps).any() or (np.diff(ps) <= 0).any():
         return table
+    if (np.diff(table["step"]) <= 0).any():  # several ranks printing, or a restart: steps are ambiguous
+        return table
     pos = np.searchsorted(ps, table["step"])
     pos = np.clip(pos, 0, len(ps) - 1)
     hit = ps[pos] == table["step"]

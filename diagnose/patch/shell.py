@@ -150,7 +150,8 @@ class _Lexer:
         if c.words or c.redirects:
             c.separator = sep
             self._classify(c)
-            self.commands.append(c)
+            if c.words or c.redirects:
+                self.commands.append(c)
         self.cur = SimpleCommand()
 
     def _classify(self, c: SimpleCommand) -> None:

@@ -1,0 +1,99 @@
+"""Pieces shared by `swiftdoc patch` and `swiftdoc lint`: version choice, parser check, atomic writes.
+
+Contract:
+- `choose_version(explicit, run) -> (version_spec, how)`: `--swift-version`,
+  else the version detected in the log, else the installed ms-swift, else the
+  newest flag table (said so).  Raises `UsageError` for a version without a table.
+- `swift_check(plan, enabled) -> str | None`: one line about ms-swift's own
+  parser on the plan's argv (a `Problem` is added when it rejects it); None when
+  disabled or ms-swift is not installed.
+- `write_atomic(path, text, encoding, suffix='.bak') -> Path`: backup copy, then
+  temp file + fsync + rename in the same directory (mode kept); returns the backup.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from diagnose.errors import UsageError
+from diagnose.patch.models import PatchPlan, Problem
+
+
+def installed_swift_version() -> str | None:
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+    except ImportError:  # pragma: no cover
+        return None
+    try:
+        return version("ms-swift")
+    except PackageNotFoundError:
+        return None
+
+
+def choose_version(explicit: str | None, run: Any = None) -> tuple[str, str]:
+    from diagnose.flags import UnknownVersion, table_for
+
+    if explicit:
+        spec, how = explicit, "--swift-version"
+    elif run is not None and run.swift_version:
+        spec, how = run.swift_version, f"detected in the log ({run.version_clue or 'version clues'})"
+    elif installed_swift_version():
+        spec, how = installed_swift_version() or "", "the installed ms-swift"
+    else:
+        spec, how = "4.x", "no version given or detected: the newest known 4.x (pass --swift-version)"
+    try:
+        table_for(spec)
+    except UnknownVersion as e:
+        raise UsageError(f"ms-swift version {spec!r} ({how}) has no flag table", hint=str(e).split("; ", 1)[-1]) from None
+    return spec, how
+
+
+def swift_check(plan: PatchPlan, enabled: bool) -> str | None:
+    if not enabled:
+        return None
+    from diagnose.patch.swiftcheck import check_argv
+
+    dynamic = [t for t in plan.argv if "$" in t or "`" in t]
+    if dynamic:
+        return f"not run: the argv holds shell expansions ({', '.join(dynamic[:3])}) that only bash can fill in"
+    res = check_argv(plan.command, plan.argv, plan.version)
+    if res is None:
+        return None
+    if res.skipped:
+        return res.skipped
+    if not res.ok:
+        plan.problems.append(Problem(message=res.message(), severity="error", code="swift-parser"))
+    return res.message()
+
+
+def _free(path: Path, suffix: str) -> Path:
+    cand = path.with_name(path.name + suffix)
+    n = 1
+    while cand.exists():
+        cand = path.with_name(f"{path.name}{suffix}.{n}")
+        n += 1
+    return cand
+
+
+def write_atomic(path: Path, text: str, encoding: str = "utf-8", suffix: str = ".bak") -> Path:
+    data = text.encode(encoding)
+    backup = _free(path, suffix)
+    shutil.copy2(path, backup)
+    fd, tmp = tempfile.mkstemp(dir=str(path.parent), prefix=f".{path.name}.", suffix=".swiftdoc-tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        shutil.copymode(path, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return backup

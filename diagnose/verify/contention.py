@@ -1,0 +1,137 @@
+"""Other processes competing for the CPUs during a trial: measured, so that their steps can be set aside.
+
+A shared machine (CI runners, a workstation, several jobs on one node) slows
+some steps of a trial for reasons that have nothing to do with the patch.  The
+median resists a few such steps but not a burst that covers most of a trial.
+This module measures, for every step interval, how much CPU went to processes
+*outside* the trial's process tree.
+
+Contract (Linux; elsewhere `available` is False and nothing is excluded):
+- `CpuMonitor(ncpu=None)`: `watch(pid)` adds a process of the trial (the tree
+  is refreshed by the runner with `watch_tree(root)`); `sample()` records
+  (monotonic time, CPU-seconds busy on the whole machine from /proc/stat,
+  CPU-seconds used by the trial tree so far; a process that exits keeps its
+  last reading).  Cheap: ~0.1 ms per sample.
+- `interval_load(t0, t1) -> (external_cores, busy_frac) | None`: average CPU
+  cores used by other processes over [t0, t1], and how busy the machine was
+  (0..1), from the samples around it (linear interpolation of the cumulative
+  series).
+- `contended(external_cores, busy_frac, ncpu)`: an interval is contended when the
+  machine was nearly saturated (busy >= 85%) and at least a quarter of a core
+  -- or 10% of the machine, whichever is more -- went to other processes.
+  GPU-side contention (other processes on the same GPU) is visible in the NVML
+  samples (`procs`), not here.
+"""
+from __future__ import annotations
+
+import bisect
+import os
+import threading
+import time
+from typing import Any
+
+BUSY_FRAC = 0.85
+MIN_EXT_CORES = 0.25
+MIN_EXT_FRAC = 0.10
+
+
+def contended(external_cores: float, busy_frac: float, ncpu: int) -> bool:
+    return busy_frac >= BUSY_FRAC and external_cores >= max(MIN_EXT_CORES, MIN_EXT_FRAC * ncpu)
+
+
+def _busy_seconds() -> float | None:
+    try:
+        with open("/proc/stat", "rb") as fh:
+            parts = fh.readline().split()
+    except OSError:
+        return None
+    if not parts or parts[0] != b"cpu":
+        return None
+    v = [int(x) for x in parts[1:]]
+    # user nice system idle iowait irq softirq steal (guest is already inside user)
+    busy = v[0] + v[1] + v[2] + (v[5] if len(v) > 5 else 0) + (v[6] if len(v) > 6 else 0) + (v[7] if len(v) > 7 else 0)
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+class CpuMonitor:
+    def __init__(self, ncpu: int | None = None):
+        self.ncpu = ncpu or os.cpu_count() or 1
+        try:
+            import psutil  # noqa: F401
+
+            self.available = _busy_seconds() is not None
+        except ImportError:
+            self.available = False
+        self._procs: dict[int, Any] = {}
+        self._last: dict[int, float] = {}
+        self._lock = threading.Lock()
+        self.t: list[float] = []
+        self.busy: list[float] = []
+        self.own: list[float] = []
+
+    def watch(self, pid: int) -> None:
+        if not self.available or pid in self._procs:
+            return
+        try:
+            import psutil
+
+            self._procs[pid] = psutil.Process(pid)
+        except Exception:
+            pass
+
+    def watch_tree(self, root: int) -> None:
+        if not self.available:
+            return
+        self.watch(root)
+        try:
+            import psutil
+
+            for p in psutil.Process(root).children(recursive=True):
+                self.watch(p.pid)
+        except Exception:
+            pass
+
+    def sample(self) -> None:
+        if not self.available:
+            return
+        with self._lock:
+            now = time.monotonic()
+            busy = _busy_seconds()
+            if busy is None:
+                return
+            for pid, p in list(self._procs.items()):
+                try:
+                    ct = p.cpu_times()
+                    self._last[pid] = ct.user + ct.system
+                except Exception:
+                    self._procs.pop(pid, None)  # gone: its last reading stays in _last
+            own = sum(self._last.values())
+            if self.t and now <= self.t[-1]:
+                return
+            self.t.append(now)
+            self.busy.append(busy)
+            self.own.append(own)
+
+    def _at(self, series: list[float], t: float) -> float | None:
+        ts = self.t
+        if not ts or t < ts[0] or t > ts[-1]:
+            return None
+        i = bisect.bisect_left(ts, t)
+        if ts[i] == t or i == 0:
+            return series[i]
+        t0, t1 = ts[i - 1], ts[i]
+        w = (t - t0) / (t1 - t0)
+        return series[i - 1] + w * (series[i] - series[i - 1])
+
+    def interval_load(self, t0: float, t1: float) -> tuple[float, float] | None:
+        if not self.available or t1 <= t0:
+            return None
+        with self._lock:
+            b0, b1 = self._at(self.busy, t0), self._at(self.busy, t1)
+            o0, o1 = self._at(self.own, t0), self._at(self.own, t1)
+        if None in (b0, b1, o0, o1):
+            return None
+        dt = t1 - t0
+        busy = (b1 - b0) / dt  # type: ignore[operator]
+        ext = max(0.0, busy - (o1 - o0) / dt)  # type: ignore[operator]
+        return ext, min(1.0, busy / self.ncpu)

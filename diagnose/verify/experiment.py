@@ -1,0 +1,323 @@
+"""The experiment: interleaved trials of every arm, an adaptive number of repeats, one VerifyReport.
+
+Contract: `run_verify(job, variants, options, runner=None, progress=None) -> VerifyReport`.
+- `variants[0]` is the baseline (the job unchanged), the last one is the patched
+  arm (every change); with --ablate the ones in between are one change each.
+- Schedule: rounds of one trial per arm, in the same order every round (A B A B
+  ..., so slow drift of the machine hits both arms alike); `options.repeats`
+  rounds first (default 2), then one more round at a time while the CI of an
+  arm straddles 0 or the minimum effect, up to `options.max_repeats` (default 3).
+  When the flag table (or ms-swift's own parser) already rejects a change, the
+  patched arm runs first, so a broken patch costs one trial.
+- Every trial of every arm has the same argv apart from the change: the same
+  seed, data subset, steps, trial flags (see `job.trial_argv`), in a fresh
+  temporary output_dir under `options.workdir`, removed after the trial (the
+  log is kept until the end; everything is removed unless `options.keep`).
+- A patched trial that fails (crash, OOM, NaN, timeout) ends that arm with the
+  verdict `failed` and its diagnosis; a failing baseline ends the experiment
+  (`failed`, arm `baseline`): there is nothing to compare against.
+- A confirmed (or worse) verdict that rests on disturbed trials must hold on
+  the undisturbed ones too, else it is `not_confirmed` (`judge`): contention
+  never produces a gain.
+- Loss parity is checked when every change of the arm is `safe` and both arms
+  have the same global batch: mean loss per step over the arm's trials.
+- A trial whose steps ran mostly while other processes saturated the CPUs
+  (`disturbed`, see `diagnose.verify.contention`) is run again, at most
+  `options.max_reruns` times in all; the replaced trial stays in the report
+  (`replaced: true`) and is not used.
+- `VerifyProgress` receives plan/start/step/end/note events; `NullProgress`
+  ignores them.
+"""
+from __future__ import annotations
+
+import math
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+import numpy as np
+
+from diagnose.verify.job import Job, TrialSettings, Variant, global_batch_of, trial_argv
+from diagnose.verify.models import AblationRow, ArmSummary, LossParity, TrialResult, VerifyReport
+from diagnose.verify.stats import Comparison, compare, default_warmup, loss_parity, straddles
+from diagnose.verify.trial import SwiftTrialRunner, TrialRunner, TrialSpec
+
+
+@dataclass
+class VerifyOptions:
+    max_steps: int = 50
+    warmup: int | None = None  # None: default_warmup(max_steps)
+    repeats: int = 2
+    max_repeats: int = 3
+    confidence: float = 0.95
+    min_effect: float = 0.03
+    subset: int | None = None  # rows per dataset; None: the whole dataset
+    trial_timeout_s: float = 1800.0
+    sample_gpus: bool = False
+    sampler_note: str | None = None
+    workdir: str | None = None
+    keep: bool = False
+    rel_tol: float = 2e-2
+    abs_tol: float = 5e-3
+    seed: int | None = None
+    patched_first: bool = False
+    max_reruns: int = 2  # disturbed trials (other processes saturated the CPUs) re-run, in all
+
+    @property
+    def warmup_steps(self) -> int:
+        return self.warmup if self.warmup is not None else default_warmup(self.max_steps)
+
+
+class VerifyProgress:
+    """Events of an experiment; subclass and override what you show."""
+
+    def plan(self, arms: list[str], rounds: int, max_rounds: int, max_steps: int) -> None: ...
+    def start(self, spec: TrialSpec, planned: int) -> None: ...
+    def step(self, step: int, max_steps: int | None) -> None: ...
+    def end(self, result: TrialResult) -> None: ...
+    def note(self, text: str) -> None: ...
+
+
+NullProgress = VerifyProgress
+
+
+def _mean(xs: list[float | None]) -> float | None:
+    v = [x for x in xs if x is not None and math.isfinite(x)]
+    return float(np.mean(v)) if v else None
+
+
+def summarize_arm(variant: Variant, trials: list[TrialResult], job: Job) -> ArmSummary:
+    ok = [t for t in trials if t.status == "ok" and not t.replaced]
+    sps = [t.samples_per_s for t in ok if t.samples_per_s is not None]
+    s = ArmSummary(label=variant.label, changes=[c.label() for c in variant.changes], trials=len(trials),
+                   ok_trials=len(ok), argv=[Path(job.swift).name, job.command, *variant.argv],
+                   env={k: v for k, v in variant.env.items() if job.env.get(k) != v})
+    gbs = [t.global_batch for t in ok if t.global_batch]
+    s.global_batch = gbs[0] if gbs else None
+    if sps:
+        s.samples_per_s = float(np.mean(sps))
+        if len(sps) > 1:
+            s.samples_per_s_sd = float(np.std(sps, ddof=1))
+            s.samples_per_s_cv = s.samples_per_s_sd / s.samples_per_s
+    s.tokens_per_s = _mean([t.tokens_per_s for t in ok])
+    s.step_time_s = _mean([t.step_time_s for t in ok])
+    s.startup_s = _mean([t.startup_s for t in trials])
+    mems = [t.peak_memory_gib for t in ok if t.peak_memory_gib is not None]
+    s.peak_memory_gib = max(mems) if mems else None
+    s.gpu_util_mean_pct = _mean([t.gpu_util_mean_pct for t in ok])
+    return s
+
+
+def _loss_by_step(trials: list[TrialResult]) -> dict[int, float]:
+    acc: dict[int, list[float]] = {}
+    for t in trials:
+        if t.status != "ok" or t.replaced:
+            continue
+        for s, v in zip(t.steps, t.losses):
+            if v is not None and math.isfinite(v):
+                acc.setdefault(s, []).append(v)
+    return {s: float(np.mean(v)) for s, v in acc.items()}
+
+
+def _parity(base: list[TrialResult], arm: list[TrialResult], variant: Variant, gb_base: int | None,
+            gb_arm: int | None, opts: VerifyOptions) -> LossParity:
+    if not variant.changes:
+        return LossParity(checked=False, reason="no change")
+    if not variant.safe:
+        risky = [c.label() for c in variant.changes if c.effect != "safe"]
+        return LossParity(checked=False, reason="not a speed-only patch (" + ", ".join(risky) + "): the math may change")
+    if gb_base and gb_arm and gb_base != gb_arm:
+        return LossParity(checked=False, reason=f"global batch differs ({gb_base} vs {gb_arm})")
+    p = loss_parity(_loss_by_step(base), _loss_by_step(arm), opts.rel_tol, opts.abs_tol)
+    return LossParity(checked=p.ok is not None, ok=p.ok, steps_compared=p.steps_compared, max_abs_diff=p.max_abs_diff,
+                      max_rel_diff=p.max_rel_diff, worst_step=p.worst_step, rel_tol=p.rel_tol, abs_tol=p.abs_tol,
+                      reason=p.reason)
+
+
+def _used(ts: list[TrialResult]) -> list[TrialResult]:
+    return [t for t in ts if t.status == "ok" and not t.replaced]
+
+
+def judge(base: list[TrialResult], arm: list[TrialResult], opts: VerifyOptions) -> Comparison:
+    """compare() over the trials used; a decisive verdict must also hold without the disturbed trials."""
+    b, a = _used(base), _used(arm)
+    cmp = compare([t.samples_per_s for t in b], [t.samples_per_s for t in a], opts.confidence, opts.min_effect)
+    if cmp.verdict not in ("confirmed", "worse") or not any(t.disturbed for t in b + a):
+        return cmp
+    cb, ca = [t for t in b if not t.disturbed], [t for t in a if not t.disturbed]
+    clean = compare([t.samples_per_s for t in cb], [t.samples_per_s for t in ca], opts.confidence, opts.min_effect)
+    if clean.verdict == cmp.verdict:
+        return cmp
+    cmp.verdict = "not_confirmed"
+    cmp.reason = (f"{cmp.reason}, but only with trials disturbed by other processes; the undisturbed trials "
+                  f"({len(cb)} + {len(ca)}) do not show it")
+    return cmp
+
+
+def run_verify(job: Job, variants: list[Variant], options: VerifyOptions, runner: TrialRunner | None = None,
+               progress: VerifyProgress | None = None) -> VerifyReport:
+    if len(variants) < 2:
+        raise ValueError("run_verify needs a baseline and at least one patched variant")
+    runner = runner or SwiftTrialRunner()
+    prog = progress or NullProgress()
+    opts = options
+    warmup = opts.warmup_steps
+    if warmup >= opts.max_steps - 1:
+        raise ValueError(f"warm-up ({warmup} steps) leaves nothing to measure in {opts.max_steps} steps")
+    settings = TrialSettings(max_steps=opts.max_steps, warmup=warmup, subset=opts.subset, seed=opts.seed)
+    made_dir = opts.workdir is None
+    workdir = Path(opts.workdir or tempfile.mkdtemp(prefix="swiftdoc-verify-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    labels = [v.label for v in variants]
+    base_v, patched_v = variants[0], variants[-1]
+    trials: dict[str, list[TrialResult]] = {v.label: [] for v in variants}
+    all_trials: list[TrialResult] = []
+    failed: dict[str, TrialResult] = {}
+    t_start = time.monotonic()
+    comparisons: dict[str, Comparison] = {}
+    stop_reason = ""
+    reruns = [0]
+    prog.plan(labels, opts.repeats, opts.max_repeats, opts.max_steps)
+
+    def order_for(rnd: int) -> list[Variant]:
+        live = [v for v in variants if v.label not in failed]
+        if rnd == 1 and (opts.patched_first or any(v.prevalidation for v in live[1:])):
+            return [v for v in live[1:] if v.prevalidation] + [live[0]] + [v for v in live[1:] if not v.prevalidation]
+        return live
+
+    def run_one(v: Variant, rnd: int, planned: int) -> TrialResult:
+        idx = len(all_trials) + 1
+        tdir = workdir / f"t{idx:02d}-{'base' if v is base_v else 'patch' if v is patched_v else 'abl'}"
+        argv, env = trial_argv(v, job, settings, str(tdir / "out"))
+        spec = TrialSpec(index=idx, arm=v.label, repeat=rnd, argv=argv, env=env, cwd=job.cwd,
+                         output_dir=str(tdir / "out"), log_path=str(tdir / "trial.log"), max_steps=opts.max_steps,
+                         warmup=warmup, timeout_s=opts.trial_timeout_s, sample_gpus=opts.sample_gpus,
+                         prevalidation=list(v.prevalidation))
+        if opts.sample_gpus:
+            from diagnose.verify.sampling import visible_indices
+
+            spec.gpu_indices = visible_indices(env)
+        prog.start(spec, planned)
+        res = runner.run(spec, prog.step)
+        if not opts.keep:
+            shutil.rmtree(tdir / "out", ignore_errors=True)
+        all_trials.append(res)
+        trials[v.label].append(res)
+        prog.end(res)
+        if res.status == "ok" and res.disturbed and reruns[0] < opts.max_reruns:
+            reruns[0] += 1
+            res.replaced = True
+            prog.note(f"trial {res.index} was disturbed by other processes (mean {res.external_cpu_cores} CPU cores): "
+                      "running it again")
+            return run_one(v, rnd, planned + 1)
+        return res
+
+    try:
+        rnd = 0
+        while True:
+            rnd += 1
+            order = order_for(rnd)
+            planned = len(all_trials) + len(order)
+            for v in order:
+                res = run_one(v, rnd, planned)
+                if res.status != "ok":
+                    failed[v.label] = res
+                    if v is base_v:
+                        stop_reason = "the unpatched job fails: nothing to compare against"
+                        break
+                    if v is patched_v and len(variants) == 2:
+                        stop_reason = "the patched job fails"
+                        break
+            if stop_reason or base_v.label in failed or (patched_v.label in failed and len(variants) == 2):
+                break
+            comparisons = {}
+            for v in variants[1:]:
+                if v.label in failed:
+                    continue
+                comparisons[v.label] = judge(trials[base_v.label], trials[v.label], opts)
+            if rnd < opts.repeats:
+                continue
+            open_arms = [k for k, c in comparisons.items() if straddles(c, opts.min_effect)]
+            if not open_arms or rnd >= opts.max_repeats or not comparisons:
+                break
+            prog.note(f"CI still straddles the threshold for {', '.join(open_arms)}: one more round")
+    finally:
+        if made_dir and not opts.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    # -------------------------------------------------------------- the report
+    base_sum = summarize_arm(base_v, trials[base_v.label], job)
+    patched_sum = summarize_arm(patched_v, trials[patched_v.label], job)
+    notes: list[str] = list(job.notes)
+    for v in variants[1:]:
+        notes += [f"{v.label}: {n}" for n in v.notes]
+    if base_sum.global_batch and patched_sum.global_batch and base_sum.global_batch != patched_sum.global_batch:
+        notes.append(f"the global batch changes ({base_sum.global_batch} -> {patched_sum.global_batch} samples per "
+                     "optimizer step): compared per sample (samples/s), not per step")
+    if base_sum.startup_s and patched_sum.startup_s and abs(patched_sum.startup_s - base_sum.startup_s) > max(
+            5.0, 0.2 * base_sum.startup_s):
+        notes.append(f"start-up differs: {base_sum.startup_s:.0f} s -> {patched_sum.startup_s:.0f} s per trial "
+                     "(not part of samples/s; it is paid once per run)")
+    failure = None
+    if base_v.label in failed:
+        failure = failed[base_v.label].failure
+        verdict, reason, cmp = "failed", stop_reason, None
+    elif patched_v.label in failed:
+        failure = failed[patched_v.label].failure
+        verdict, reason, cmp = "failed", f"a patched trial ended with '{failed[patched_v.label].status}'", None
+    else:
+        cmp = comparisons.get(patched_v.label)
+        verdict = cmp.verdict if cmp else "not_confirmed"
+        reason = cmp.reason if cmp else "no comparison"
+    parity = None
+    if patched_v.label not in failed and base_v.label not in failed:
+        parity = _parity(trials[base_v.label], trials[patched_v.label], patched_v, base_sum.global_batch,
+                         patched_sum.global_batch, opts)
+        if parity.checked and parity.ok is False:
+            notes.append("loss parity FAILED for a patch labelled safe: " + parity.reason)
+    ablation: list[AblationRow] = []
+    if len(variants) > 2:
+        for v in variants[1:]:
+            if v.label in failed:
+                ablation.append(AblationRow(label=v.label, changes=[c.label() for c in v.changes], verdict="failed",
+                                            reason=f"trial ended with '{failed[v.label].status}'"))
+                continue
+            c = comparisons.get(v.label)
+            sps = _mean([t.samples_per_s for t in trials[v.label] if t.status == "ok" and not t.replaced])
+            ablation.append(AblationRow(label=v.label, changes=[ch.label() for ch in v.changes],
+                                        verdict=c.verdict if c else "not_confirmed", gain=c.gain if c else None,
+                                        ci=list(c.ci) if c and c.ci else None, samples_per_s=sps,
+                                        reason=c.reason if c else ""))
+    used = [t for t in all_trials if t.status == "ok" and not t.replaced]
+    dist = [t.index for t in used if t.disturbed]
+    if dist:
+        notes.append(f"trial(s) {', '.join(map(str, dist))} ran while other processes saturated the CPUs: the "
+                     "noise they add widens the CI; verify on an idle machine for a tighter answer")
+    if any(t.replaced for t in all_trials):
+        notes.append("disturbed trial(s) " + ", ".join(str(t.index) for t in all_trials if t.replaced)
+                     + " were re-run and are not used")
+    pre = [p for v in variants[1:] for p in v.prevalidation]
+    if pre:
+        notes.append("rejected before the run by the flag table: " + "; ".join(pre))
+    return VerifyReport(
+        verdict=verdict, reason=reason, gain=cmp.gain if cmp else None, ci=list(cmp.ci) if cmp and cmp.ci else None,
+        confidence=opts.confidence, min_effect=opts.min_effect, df=cmp.df if cmp else None,
+        baseline=base_sum, patched=patched_sum, trials=all_trials, changes=list(patched_v.changes),
+        loss_parity=parity, ablation=ablation, failure=failure,
+        job={"source": job.source, "command": job.command_line(), "swift": job.swift, "version": job.version,
+             "version_source": job.version_source, "cwd": job.cwd},
+        settings={"max_steps": opts.max_steps, "warmup_steps": warmup, "repeats": opts.repeats,
+                  "max_repeats": opts.max_repeats, "rounds": max((t.repeat for t in all_trials), default=0),
+                  "subset_rows": opts.subset, "trial_timeout_s": opts.trial_timeout_s,
+                  "order": " ".join(v.label for v in variants) + " per round",
+                  "trial_flags": "--max_steps N --logging_steps 1 --save_strategy no --eval_strategy no "
+                                 "--report_to none --output_dir <temp> --check_model false",
+                  "workdir": str(workdir) if opts.keep else None},
+        sampler=opts.sampler_note, notes=notes, elapsed_s=round(time.monotonic() - t_start, 1))
+
+
+def auto_subset(job: Job, variants: list[Variant], max_steps: int) -> int:
+    """Rows per dataset for a trial: every step sees fresh rows, with a margin for rows ms-swift drops."""
+    gb = max((global_batch_of(v.argv, v.env, job) or 1) for v in variants)
+    return int(math.ceil(max_steps * gb * 1.25)) + 8
