@@ -131,7 +131,7 @@ def requests_from(remedies: Diagnosis | Sequence[Finding] | Sequence[Request] | 
     for f in findings:
         for rem in f.remedies:
             if rem.effect == "advice":
-                ops = " ".join(_op_text(o) for o in rem.ops)
+                ops = " ".join(t for t in (_op_text(o) for o in rem.ops) if t not in (rem.note or ""))
                 advice.append(Advice(rule=f.rule, title=rem.title, note=" ".join(x for x in (rem.note, ops) if x) or None))
                 continue
             for op in rem.ops:
