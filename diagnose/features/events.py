@@ -33,10 +33,11 @@ def _errors(ctx: Ctx):
     return sum(1 for e in ctx.run.events if e.kind not in ("nan", "allocator_flush", "traceback", "ddp_inactive"))
 
 
-@feature("fatal_traceback", "text", "Final exception line of the first Python traceback that matched no specific signature.", FAMILY)
+@feature("fatal_traceback", "text",
+         "Exception that ended the run: the last traceback matching no specific signature (chained causes cited as lines).", FAMILY)
 def _tb(ctx: Ctx):
     evs = _events(ctx, "traceback")
-    return (evs[0].text, [evs[0].line]) if evs else None
+    return (evs[-1].text, [e.line for e in evs[-3:]]) if evs else None
 
 
 @feature("oom_capacity_gib", "GiB", "GPU capacity quoted by a CUDA OOM message ('total capacity of X GiB').", FAMILY)
