@@ -126,13 +126,17 @@ def scan_block(block: bytes, quote: bytes = b"'", line_start_only: bool = False)
         good &= a[kb] == a[kb[0]][None, :]
         good &= a[ke - 1] == a[ke[0] - 1][None, :]
         match = good.all(axis=1)
-        rows = same_k[match]
-        pending = np.concatenate((rest_k, same_k[~match]))
+        if match.all():  # the common case: no boolean-index copies of the (rows x keys) arrays
+            rows, pending = same_k, rest_k
+        else:
+            rows = same_k[match]
+            pending = np.concatenate((rest_k, same_k[~match]))
+            kb, ke = kb[match], ke[match]
         keys = [row0[int(kb[0, j] - starts[r0]) : int(kb[0, j] - starts[r0]) + klen[j]].decode("utf-8", "replace") for j in range(K)]
-        vb = ke[match] + 3
+        vb = ke + 3
         ve = np.empty_like(vb)
         if K > 1:
-            ve[:, :-1] = kb[match][:, 1:] - 3
+            ve[:, :-1] = kb[:, 1:] - 3
         ve[:, -1] = close[rows]
         want = [j for j, k in enumerate(keys) if k not in _TEXT_KEYS]
         vals = _parse_values(a, vb[:, want], ve[:, want], [keys[j] in _PAIR_KEYS for j in want], q)
@@ -159,7 +163,7 @@ def _parse_values(a: np.ndarray, vb: np.ndarray, ve: np.ndarray, pair: list[bool
     """Parse the byte spans [vb, ve) (rows x cols) as floats; None if any is not numeric."""
     if vb.size == 0:
         return np.zeros((vb.shape[0], 0))
-    vb = vb + (a[vb] == q)  # strip surrounding quotes (transformers-5 strings, "N/M" pairs)
+    vb = vb + (a[vb] == q)  # strip surrounding quotes (transformers-5 strings, "N/M" pairs), row by row
     ve = ve - (a[np.maximum(ve - 1, 0)] == q)
     if (ve <= vb).any():
         return None
