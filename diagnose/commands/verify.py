@@ -53,6 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                     help="rows per dataset for a trial (`path#ROWS`; default auto: steps x global batch x 1.25; 0 = all)")
     tr.add_argument("--trial-timeout", type=float, default=1800.0, metavar="S", help="kill a trial after S seconds (default 1800)")
     tr.add_argument("--seed", type=int, help="--seed for both arms when the job sets none (ms-swift's default is 42)")
+    tr.add_argument("--max-reruns", type=int, default=2, metavar="N",
+                    help="re-run at most N trials that other processes disturbed (saturated CPUs; default 2)")
     tr.add_argument("--patched-first", action="store_true", help="start with a patched trial (a risky patch fails fast)")
     env = parser.add_argument_group("environment")
     env.add_argument("--swift", metavar="PATH", help="the ms-swift CLI to run (default: next to swiftdoc, else on PATH)")
@@ -197,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
     opts = VerifyOptions(max_steps=max_steps, warmup=args.warmup, repeats=args.repeats, max_repeats=args.max_repeats,
                          confidence=args.confidence, min_effect=args.min_effect, subset=subset,  # type: ignore[arg-type]
                          trial_timeout_s=args.trial_timeout, workdir=args.keep, keep=bool(args.keep), seed=args.seed,
-                         patched_first=args.patched_first)
+                         patched_first=args.patched_first, max_reruns=max(0, args.max_reruns))
     if opts.warmup_steps >= max_steps - 2:
         raise UsageError(f"--warmup {opts.warmup_steps} leaves fewer than 2 measured steps of {max_steps}")
     if args.no_sampler:

@@ -98,7 +98,7 @@ SIGNATURES: list[tuple[str, re.Pattern[str], Any]] = [
         r"|NCCL communicator was aborted|NCCL WARN"), None),
     ("allocator_flush", re.compile(r"pytorch allocator cache flushes"), None),
     ("nan", re.compile(r"Unexpected result nan|found NaN in local grad norm|Rank \d+: found NaN"), None),
-    ("bad_args", re.compile(r"remaining_argv: \[|ValueError: remaining_argv"), None),
+    ("bad_args", re.compile(r"remaining_argv: \[|ValueError: remaining_argv|^\S+\.py: error: (?:argument|unrecognized arguments|ambiguous option)"), None),
     ("signal", re.compile(
         r"Received \d+ death signal|SignalException: Process \d+ got signal|^\s*KeyboardInterrupt\b"
         r"|Signal (?:1|2|15) \((?:SIGHUP|SIGINT|SIGTERM)\) received|got signal: (?:1|2|15)\b"), _signal_detail),

@@ -102,6 +102,7 @@ def summarize_arm(variant: Variant, trials: list[TrialResult], job: Job) -> ArmS
             s.samples_per_s_cv = s.samples_per_s_sd / s.samples_per_s
     s.tokens_per_s = _mean([t.tokens_per_s for t in ok])
     s.step_time_s = _mean([t.step_time_s for t in ok])
+    s.cpu_s_per_step = _mean([t.cpu_s_per_step for t in ok])
     s.startup_s = _mean([t.startup_s for t in trials])
     mems = [t.peak_memory_gib for t in ok if t.peak_memory_gib is not None]
     s.peak_memory_gib = max(mems) if mems else None

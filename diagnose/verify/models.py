@@ -82,7 +82,9 @@ class TrialResult(BaseModel):
     peak_memory_gib: float | None = None  # ms-swift memory(GiB): max reserved on rank 0
     gpu_util_mean_pct: float | None = None  # NVML, training window
     gpu_mem_used_max_gib: float | None = None  # NVML
+    cpu_s_per_step: float | None = None  # median CPU-seconds of the trial's processes per measured step
     external_cpu_cores: float | None = None  # mean CPU cores used by other processes while training
+    cpu_wait_frac: float | None = None  # mean run-queue delay of the trial's threads per second of training
     contended_steps: int = 0  # measured steps set aside: the machine was saturated by other processes
     disturbed: bool = False  # too few clean steps: the trial measured the neighbours, not the job
     replaced: bool = False  # disturbed and re-run; not used for the verdict
@@ -104,6 +106,7 @@ class ArmSummary(BaseModel):
     samples_per_s_cv: float | None = None
     tokens_per_s: float | None = None
     step_time_s: float | None = None  # mean of per-trial medians
+    cpu_s_per_step: float | None = None
     startup_s: float | None = None  # mean start-up overhead
     peak_memory_gib: float | None = None
     gpu_util_mean_pct: float | None = None

@@ -35,7 +35,11 @@ def _pct(x: float | None) -> str:
 
 
 def _f(x: float | None, fmt: str = ".3g", unit: str = "") -> str:
-    return "–" if x is None else f"{x:{fmt}}{unit}"
+    if x is None:
+        return "–"
+    if fmt.endswith("g") and abs(x) >= 1e4:  # no exponents in tables: 12870, not 1.287e+04
+        return f"{x:.0f}{unit}"
+    return f"{x:{fmt}}{unit}"
 
 
 def headline(r: VerifyReport) -> str:
@@ -74,6 +78,7 @@ def _arm_rows(r: VerifyReport) -> list[tuple[str, str, str]]:
         ("samples/s", sps(b), sps(p)),
         ("tokens/s", _f(b.tokens_per_s, ".4g"), _f(p.tokens_per_s, ".4g")),
         ("s/step (median)", _f(b.step_time_s, ".4g"), _f(p.step_time_s, ".4g")),
+        ("CPU s/step (trial processes)", _f(b.cpu_s_per_step, ".4g"), _f(p.cpu_s_per_step, ".4g")),
         ("global batch", _f(b.global_batch, "d"), _f(p.global_batch, "d")),
         ("start-up s (excluded)", _f(b.startup_s, ".1f"), _f(p.startup_s, ".1f")),
         ("peak memory GiB", _f(b.peak_memory_gib, ".2f"), _f(p.peak_memory_gib, ".2f")),
@@ -95,8 +100,9 @@ def _parity_text(r: VerifyReport) -> str | None:
 def _settings_text(r: VerifyReport) -> str:
     s = r.settings
     sub = f", {s['subset_rows']} rows per dataset" if s.get("subset_rows") else ""
+    order = str(s.get("order", "")).replace(" per round", "").split()
     return (f"{s.get('max_steps')} steps per trial ({s.get('warmup_steps')} warm-up dropped){sub}; "
-            f"{s.get('rounds')} round(s) of {s.get('order')}; min effect {r.min_effect:.0%}")
+            f"{s.get('rounds')} round(s) of {' / '.join(order)}; min effect {r.min_effect:.0%}")
 
 
 def print_report(r: VerifyReport, console: Any) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 
 def probe_nvml() -> tuple[bool, str]:
     try:
-        from diagnose.nvml.backend import load_backend, open_backend
+        from diagnose.nvml.backend import open_backend
     except ImportError:
         return False, "GPU metrics not sampled: the NVML sampler (diagnose.nvml) is not installed"
     try:
@@ -38,7 +38,6 @@ def probe_nvml() -> tuple[bool, str]:
             nv.nvmlShutdown()
         except Exception:
             pass
-    _ = load_backend
     return True, f"GPU metrics sampled with NVML ({n} GPU(s), source {src}) during each trial's training window"
 
 

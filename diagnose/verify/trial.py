@@ -204,10 +204,11 @@ MIN_CLEAN_STEPS = 3
 
 def measure(spec: TrialSpec, run: Any, *, rc: int | None, status: str, wall_s: float | None,
             startup_s: float | None, train_s: float | None, samples: dict[str, Any] | None = None,
-            contention: dict[int, tuple[float, float]] | None = None, ncpu: int | None = None) -> TrialResult:
+            contention: dict[int, tuple[float, float]] | None = None, ncpu: int | None = None,
+            cpu_per_step: dict[int, float] | None = None) -> TrialResult:
     """A parsed trial log (a `Run`, or None when nothing could be read) -> TrialResult.
 
-    `contention` maps a step to (external CPU cores, machine busy fraction) over the
+    `contention` maps a step to (external CPU cores, run-queue delay fraction) over the
     interval that ends at it; contended intervals are set aside when enough clean
     ones remain, else the trial is marked `disturbed` (and measured on all steps).
     """
@@ -238,18 +239,23 @@ def measure(spec: TrialSpec, run: Any, *, rc: int | None, status: str, wall_s: f
             loads = [contention[x] for x in measured if x in contention]
             if loads:
                 res.external_cpu_cores = round(float(np.mean([e for e, _ in loads])), 3)
+                res.cpu_wait_frac = round(float(np.mean([w for _, w in loads])), 4)
             bad = {x for x in measured if x in contention and contended(*contention[x], nc)}
             clean = len(measured) - len(bad)
             if bad and clean >= max(MIN_CLEAN_STEPS, MIN_CLEAN_FRAC * len(measured)):
                 excl = [int(x) in bad for x in steps[ok]]
                 res.contended_steps = len(bad)
-                res.notes.append(f"{len(bad)} of {len(measured)} measured steps set aside: other processes "
-                                 "saturated the CPUs")
+                res.notes.append(f"{len(bad)} of {len(measured)} measured steps set aside: the trial waited for "
+                                 "CPUs that other processes held")
             elif bad:
                 res.disturbed = True
-                res.notes.append(f"{len(bad)} of {len(measured)} measured steps ran while other processes saturated "
-                                 f"the CPUs (mean {res.external_cpu_cores} cores): the trial is disturbed")
+                res.notes.append(f"{len(bad)} of {len(measured)} measured steps waited for CPUs held by other processes "
+                                 f"(mean {res.external_cpu_cores} cores): the trial is disturbed")
         tp = trial_throughput(steps[ok], iv[ok], res.global_batch, spec.warmup, excl)
+        if cpu_per_step:
+            cpu = [v for k, v in cpu_per_step.items() if k > spec.warmup]
+            if cpu:
+                res.cpu_s_per_step = round(float(np.median(cpu)), 6)
         res.step_time_s, res.samples_per_s, res.measured_steps = tp.step_time_s, tp.samples_per_s, tp.measured_steps
         res.step_time_iqr_s = tp.step_time_iqr_s
         if tp.note:
@@ -436,16 +442,20 @@ class SwiftTrialRunner:
         except Exception:
             run = None
         contention: dict[int, tuple[float, float]] = {}
+        cpu_steps: dict[int, float] = {}
         arr = sorted(reader.arrivals.items())
         for (s0, t0_), (s1, t1_) in zip(arr, arr[1:]):
             if s1 == s0 + 1:
                 load = monitor.interval_load(t0_, t1_)
                 if load is not None:
                     contention[s1] = load
+                c = monitor.own_cpu(t0_, t1_)
+                if c is not None:
+                    cpu_steps[s1] = c
         res = measure(spec, run, rc=proc.returncode, status=status, wall_s=round(wall, 3),
                       startup_s=None if startup is None else round(startup, 3),
                       train_s=None if train is None else round(train, 3), samples=samples,
-                      contention=contention, ncpu=monitor.ncpu)
+                      contention=contention, ncpu=monitor.ncpu, cpu_per_step=cpu_steps)
         self.last_contention = contention
         if sampler is not None and sampler.error:
             res.notes.append(sampler.error)
