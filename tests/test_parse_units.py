@@ -144,3 +144,8 @@ def test_fast_path_equals_slow_path(rows):
         if i in fast:
             assert fast[i] == pytest.approx(parse_dict(raw)["loss"])
     assert len(fast) + len(scan.odd_lines) == len(rows)
+
+
+def test_argparse_error_is_bad_args():
+    run = parse_text("usage: sft.py [-h]\nsft.py: error: argument --gradient_checkpointing: Truthy value expected: got maybe\n")
+    assert [(e.kind, e.line) for e in run.events] == [("bad_args", 2)]

@@ -109,7 +109,7 @@ SIGNATURES: list[tuple[str, re.Pattern[str], Any]] = [
 # cheap prefilter: a line without any of these words cannot carry an event
 _PREFILTER = re.compile(
     r"memory|Killed|exitcode|Signal|signal|NCCL|nccl|ibv_|NET/IB|IB|Bus error|SIGBUS|shared memory|torch_|"
-    r"allocator|nan|remaining_argv|Interrupt|ChildFailed|Error|Traceback|RTX 4000|timeout|bad_alloc|allocate|parallel_mode"
+    r"allocator|nan|remaining_argv|Interrupt|ChildFailed|Error|Traceback|RTX 4000|timeout|bad_alloc|allocate|parallel_mode|error: "
 )
 _EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure|Warning)?)(?::\s?(.*))?$")
 _FRAME = re.compile(r"^\s+|^\s*File \"|^\s*\^+\s*$|^During handling|^The above exception|^\s*$")
