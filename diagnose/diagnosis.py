@@ -43,7 +43,8 @@ class Diagnosis(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
-def _target(op: RemedyOp) -> str:
+def remedy_target(op: RemedyOp) -> str:
+    """What an op changes ('flag:NAME' / 'env:NAME'): two ops on one target conflict."""
     if op.op == "set_env":
         return "env:" + (op.env or "")
     if op.op == "halve_batch_keep_global":
@@ -60,7 +61,7 @@ def merge_remedies(findings: list[Finding]) -> list[Dropped]:
             if rem.effect == "advice":
                 continue
             for op in rem.ops:
-                key = _target(op)
+                key = remedy_target(op)
                 if key in taken:
                     prev_rule, prev = taken[key]
                     if prev.op != op.op or prev.value != op.value:

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from diagnose.features.registry import Features
-from diagnose.rules import Cond, Group, Rule, _template_names
+from diagnose.rules import Cond, Group, Rule, template_names
 
 
 class RemedyOp(BaseModel):
@@ -188,7 +188,7 @@ def evaluate_rules(rules: list[Rule], features: Features) -> tuple[list[Finding]
         used: set[str] = set()
         if not eval_group(rule.when, feats, rule.params, used):
             continue
-        names = set(used) | set(rule.requires) | {n for n in _template_names(rule.evidence) if n in feats}
+        names = set(used) | set(rule.requires) | {n for n in template_names(rule.evidence) if n in feats}
         lines = sorted({ln for n in names for ln in features.lines.get(n, [])})
         findings.append(Finding(
             rule=rule.id, slug=rule.slug, category=rule.category, severity=rule.severity, priority=rule.priority,

@@ -156,7 +156,7 @@ def _validate_refs(rule: Rule, known: set[str]) -> None:
         rule.evidence.format_map(_Probe())
     except (ValueError, KeyError, IndexError) as e:
         raise RuleError(f"{where}: evidence: bad template ({e})") from None
-    for name in _template_names(rule.evidence):
+    for name in template_names(rule.evidence):
         if name not in known and name not in rule.params:
             raise RuleError(f"{where}: evidence: unknown feature '{name}'")
 
@@ -166,7 +166,7 @@ class _Probe(dict):
         return 1.0
 
 
-def _template_names(tpl: str) -> list[str]:
+def template_names(tpl: str) -> list[str]:
     import string
 
     return [f.split(".")[0].split("[")[0] for _, f, _, _ in string.Formatter().parse(tpl) if f]

@@ -418,51 +418,10 @@ def test_lazy_import_is_light():
 
 # --------------------------------------------------------------------------- real parser comparison
 
-_DUMP = r'''
-import sys, json, types, importlib, importlib.abc, importlib.machinery, argparse
+from diagnose.patch.swiftcheck import MEGATRON_STUB  # noqa: E402
 
-import abc
-
-
-class _Meta(abc.ABCMeta):  # megatron-core / transformer-engine stand-ins: argument classes only need names
-    def __getattr__(cls, name):
-        if name.startswith('__'):
-            raise AttributeError(name)
-        return _Meta(name, (), {})
-    def __call__(cls, *a, **k):
-        return cls
-    def __iter__(cls):
-        return iter(())
-    def __bool__(cls):
-        return False
-
-class _Mod(types.ModuleType):
-    __path__ = []
-    def __getattr__(self, name):
-        if name.startswith('__'):
-            raise AttributeError(name)
-        v = _Meta(name, (), {})
-        setattr(self, name, v)
-        return v
-
-import importlib.util
-_MISSING = {m for m in ('megatron', 'transformer_engine', 'mcore_bridge') if importlib.util.find_spec(m) is None}
-
-
-class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def find_spec(self, fullname, path, target=None):
-        if fullname.split('.')[0] in _MISSING:
-            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
-        return None
-    def create_module(self, spec):
-        return _Mod(spec.name)
-    def exec_module(self, m):
-        m.__version__ = '0.15.0'
-
-sys.meta_path.insert(0, _Finder())
-if 'megatron' in _MISSING:  # ms-swift 3.x would otherwise git-clone Megatron-LM on import
-    import os, tempfile
-    os.environ.setdefault('MEGATRON_LM_PATH', tempfile.mkdtemp())
+_DUMP = MEGATRON_STUB + r'''
+import argparse, json, sys
 import swift, transformers
 from transformers import HfArgumentParser
 from transformers.hf_argparser import string_to_bool

@@ -149,3 +149,13 @@ def test_fast_path_equals_slow_path(rows):
 def test_argparse_error_is_bad_args():
     run = parse_text("usage: sft.py [-h]\nsft.py: error: argument --gradient_checkpointing: Truthy value expected: got maybe\n")
     assert [(e.kind, e.line) for e in run.events] == [("bad_args", 2)]
+
+
+def test_resumed_run_counts_s_per_it_from_the_checkpoint_step():
+    # GIVEN a 4.x run resumed from checkpoint-100, 0.5 s per step since the restart
+    rows = [V4.format(l=1.0, s="0.5", i=i).replace(f"'{i}/50'", f"'{i}/200'") for i in range(101, 111)]
+    text = "run sh: `/usr/bin/python /x/swift/cli/sft.py --resume_from_checkpoint out/v0-1/checkpoint-100`\n" + "\n".join(rows)
+    run = parse_text(text)
+    # THEN elapsed counts from step 100 and every interval is 0.5 s (not 0.5 * 101 for the first row)
+    assert run.steps["elapsed_s"][0] == pytest.approx(0.5)
+    assert np.allclose(run.steps["interval_s"], 0.5)

@@ -18,7 +18,7 @@ from typing import Any
 from diagnose.models import DatasetStats, ModelInfo, Run
 from diagnose.parse.args import parse_args_body, parse_run_sh
 from diagnose.parse.dicts import parse_dict
-from diagnose.parse.values import parse_duration, to_number
+from diagnose.parse.values import to_number
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _QUOTE = re.compile(r"^(?:\s{0,3}>\s?)+")
@@ -279,14 +279,4 @@ class InfoScanner:
                 return
 
 
-def megatron_value(row: dict[str, Any], *names: str) -> float | None:
-    for n in names:
-        if n in row:
-            v = to_number(row[n])
-            if v is None:
-                v = parse_duration(row[n])
-            return v
-    return None
-
-
-__all__ = ["InfoScanner", "normalize", "megatron_value"]
+__all__ = ["InfoScanner", "normalize"]

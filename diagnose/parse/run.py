@@ -270,7 +270,15 @@ def parse_run(inputs: list[str], stdin: bytes | None = None) -> Run:
 
 
 def _start_step(run: Run) -> float:
-    """ms-swift 3.12.5+/4.x count s/it from the step training (re)started at."""
+    """The step training (re)started at: ms-swift 3.12.5+/4.x divide elapsed time by steps since then.
+
+    A resumed run names its checkpoint (`--resume_from_checkpoint .../checkpoint-N`); otherwise 0.
+    """
+    ckpt = run.launch.flags.get("resume_from_checkpoint")
+    if isinstance(ckpt, str):
+        m = re.search(r"checkpoint-(\d+)", ckpt)
+        if m:
+            return float(m.group(1))
     return 0.0
 
 
@@ -310,7 +318,7 @@ def _world_size(run: Run) -> None:
         run.world_size = run.launch.flags["world_size"]
 
 
-def parse_text(data: str | bytes, name: str = "<text>") -> Run:
+def parse_text(data: str | bytes) -> Run:
     if isinstance(data, str):
         data = data.encode("utf-8")
     return parse_run(["-"], stdin=data)

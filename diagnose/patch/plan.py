@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Sequence
 
-from diagnose.diagnosis import Diagnosis, Dropped, merge_remedies
+from diagnose.diagnosis import Diagnosis, Dropped, merge_remedies, remedy_target
 from diagnose.engine import Finding, RemedyOp
 from diagnose.errors import InputError
 from diagnose.flags.table import normalize_command, string_to_bool
@@ -147,21 +147,13 @@ def _op_text(op: RemedyOp) -> str:
     return f"--{op.flag}" + ("" if op.value is None else f" {fmt_value(op.value)}")
 
 
-def _target(op: RemedyOp) -> str:
-    if op.op == "set_env":
-        return "env:" + (op.env or "")
-    if op.op == "halve_batch_keep_global":
-        return "flag:per_device_train_batch_size"
-    return "flag:" + (op.flag or "")
-
-
 def _merge(reqs: list[Request], dropped: list[Dropped] | None) -> tuple[list[tuple[Request, list[str]]], list[Dropped]]:
     """First request per target wins; same op/value from a later rule is merged; conflicts are dropped."""
     kept: dict[str, tuple[Request, list[str]]] = {}
     order: list[str] = []
     own_dropped: list[Dropped] = []
     for r in reqs:
-        key = _target(r.op)
+        key = remedy_target(r.op)
         if key in kept:
             prev, rules = kept[key]
             if prev.op.op == r.op.op and prev.op.value == r.op.value:

@@ -24,8 +24,10 @@ from typing import Optional
 
 from pydantic import BaseModel
 
-_SCRIPT = r'''
-import sys, json, types, importlib, importlib.abc, importlib.machinery, importlib.util, abc, os, io, contextlib
+# megatron-core / transformer-engine stand-ins so ms-swift's argument classes import without them
+# (they only need the names); shared with tests/test_flags.py's real-parser dump.
+MEGATRON_STUB = r'''
+import abc, importlib, importlib.abc, importlib.machinery, importlib.util, os, sys, types
 class _Meta(abc.ABCMeta):
     def __getattr__(cls, name):
         if name.startswith('__'):
@@ -56,9 +58,13 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def exec_module(self, m):
         m.__version__ = '0.15.0'
 sys.meta_path.insert(0, _Finder())
-if 'megatron' in _MISSING:
+if 'megatron' in _MISSING:  # ms-swift 3.x would otherwise git-clone Megatron-LM on import
     import tempfile
     os.environ.setdefault('MEGATRON_LM_PATH', tempfile.mkdtemp())
+'''
+
+_SCRIPT = MEGATRON_STUB + r'''
+import contextlib, io, json, sys
 req = json.loads(sys.stdin.read())
 with contextlib.redirect_stdout(io.StringIO()):
     import swift
