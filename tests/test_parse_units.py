@@ -1,6 +1,7 @@
 """Parser units on small hand-built inputs: every version's dict shape, speed units, intervals, quirks."""
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -159,3 +160,18 @@ def test_resumed_run_counts_s_per_it_from_the_checkpoint_step():
     # THEN elapsed counts from step 100 and every interval is 0.5 s (not 0.5 * 101 for the first row)
     assert run.steps["elapsed_s"][0] == pytest.approx(0.5)
     assert np.allclose(run.steps["interval_s"], 0.5)
+
+
+def test_logging_jsonl_alone_gives_every_eval_and_skips_the_nested_summary(tmp_path):
+    rows = [json.dumps({"loss": 1.0 - i * 0.1, "grad_norm": 1.0, "learning_rate": 1e-4, "global_step/max_steps": f"{i}/4",
+                        "elapsed_time": "1s", "remaining_time": "1s", "train_speed(s/it)": 0.5}) for i in range(1, 5)]
+    evals = [json.dumps({"eval_loss": 0.9 - i * 0.1, "eval_runtime": 1.0, "global_step/max_steps": f"{2 * i}/4"}) for i in (1, 2)]
+    summary = json.dumps({"model_parameter_info": "PeftModelForCausalLM: 1.0000M Params (0.1000M Trainable [10.0000%]), 0.0000M Buffers.",
+                          "last_model_checkpoint": "None", "log_history": [{"loss": 9.0, "global_step/max_steps": "9/9"}]})
+    (tmp_path / "logging.jsonl").write_text("\n".join([rows[0], rows[1], evals[0], rows[2], rows[3], evals[1], summary]) + "\n")
+    from diagnose.parse import parse_run
+
+    run = parse_run([str(tmp_path / "logging.jsonl")])
+    assert run.steps["step"].tolist() == [1, 2, 3, 4]
+    assert [e["eval_loss"] for e in run.evals] == pytest.approx([0.8, 0.7])
+    assert run.model.params_m == 1.0 and run.checkpoints == []

@@ -36,17 +36,6 @@ class BlockScan:
     newlines: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
 
-def _find(a: np.ndarray, pat: bytes) -> np.ndarray:
-    """Start positions of a short byte pattern in `a` (vectorised)."""
-    n = len(pat)
-    if len(a) < n:
-        return np.zeros(0, np.int64)
-    m = a[: len(a) - n + 1] == pat[0]
-    for k in range(1, n):
-        m &= a[k : len(a) - n + 1 + k] == pat[k]
-    return np.flatnonzero(m)
-
-
 def scan_block(block: bytes, quote: bytes = b"'", line_start_only: bool = False) -> BlockScan:
     a = np.frombuffer(block, dtype=np.uint8)
     q = quote[0]

@@ -118,6 +118,7 @@ def _odd_dict(res: _StdoutResult, text: str, block: bytes, starts, ends, i: int,
 
 def _apply_jsonl(path: Path, run: Run, clues: dict[str, Any]) -> StepRows:
     rows = StepRows()
+    evals: list[dict[str, Any]] = []
     base = 0
     for block in iter_blocks(path):
         if base == 0:
@@ -145,11 +146,12 @@ def _apply_jsonl(path: Path, run: Run, clues: dict[str, Any]) -> StepRows:
                 run.summary = run.summary or d
             elif any(k.startswith("eval_") for k in d):
                 d["_line"] = base + i + 1
-                if not run.evals:
-                    run.evals.append(d)
+                evals.append(d)
             elif "model_parameter_info" in d or "last_model_checkpoint" in d or "log_history" in d:
                 _run_summary(d, run, clues)
         base += scan.n_lines
+    if not run.evals:  # the capture's eval lines (with their line numbers) win; else logging.jsonl's
+        run.evals.extend(evals)
     return rows
 
 
