@@ -12,7 +12,7 @@ Contract: `scan_block(block, quote)` finds every training dict that starts with
 - `dict_line_mask`: which lines of the block hold a training dict, so the caller
   scans only the other lines for INFO lines and errors.
 With `line_start_only` (logging.jsonl) a dict counts only when it starts its line.
-No Python loop runs per row: a 1M-step log is a few numpy passes per 16 MiB block.
+No Python loop runs per row: a 1M-step log is a few numpy passes per 8 MiB block.
 """
 from __future__ import annotations
 
