@@ -3,7 +3,9 @@
 Contract: `python bench/bench_parse.py [--steps-big 1000000] [--repeat 3]` generates
 the logs under bench/out/ once (bench/gen_big_log.py), then measures, each in a
 fresh subprocess (so imports and peak RSS are counted honestly):
-- parse_run() of the big 3.x log into the steps table (in-process timing of the parse only);
+- parse_run() of the big 3.x log into the steps table (in-process timing of the parse only),
+  on two cores (the default: a forked helper scans half the blocks) and on one
+  (SWIFTDOC_JOBS=1); peak RSS of this process and, separately, of the helper;
 - `swiftdoc parse LOG --format json` and `swiftdoc analyze LOG --format json` end to end,
   on a 10,000-step log and on the big log;
 - `grep -c train_speed` on the big log as the machine's reference point.
@@ -12,6 +14,7 @@ Targets (issue 2/3): big-log parse ≤ 1.5 s and ≤ 300 MB; parse 10k ≤ 0.5 s
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -28,7 +31,8 @@ from diagnose.parse import parse_run
 t1 = time.perf_counter()
 run = parse_run([sys.argv[1]])
 t2 = time.perf_counter()
-print(f"{t2 - t1:.4f} {t1 - t0:.4f} {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.1f} {len(run.steps)}")
+print(f"{t2 - t1:.4f} {t1 - t0:.4f} {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.1f} {len(run.steps)} "
+      f"{resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024:.1f}")
 """
 
 
@@ -59,10 +63,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"big log: {big.stat().st_size / 1e6:.0f} MB, {a.steps_big} steps")
     g, _ = _wall(["grep", "-c", "train_speed", str(big)], a.repeat)
     print(f"reference  grep -c train_speed (big)            {g:7.3f} s")
-    runs = [subprocess.run([sys.executable, "-c", _INPROC, str(big)], capture_output=True, text=True).stdout.split() for _ in range(a.repeat)]
-    parse_s = statistics.median(float(r[0]) for r in runs)
-    rss = max(float(r[2]) for r in runs)
-    print(f"parse_run  big log -> steps table                {parse_s:7.3f} s  peak RSS {rss:.0f} MB  ({runs[0][3]} rows; import {float(runs[0][1]):.3f} s)")
+    for label, env in (("2 cores", {}), ("1 core ", {"SWIFTDOC_JOBS": "1"})):
+        runs = [subprocess.run([sys.executable, "-c", _INPROC, str(big)], capture_output=True, text=True,
+                               env={**os.environ, **env}).stdout.split() for _ in range(a.repeat)]
+        parse_s = statistics.median(float(r[0]) for r in runs)
+        rss = max(float(r[2]) for r in runs)
+        helper = max(float(r[4]) for r in runs)
+        print(f"parse_run  big log -> steps table ({label})      {parse_s:7.3f} s  (best {min(float(r[0]) for r in runs):.3f})"
+              f"  peak RSS {rss:.0f} MB" + (f" + helper {helper:.0f} MB" if helper else "")
+              + f"  ({runs[0][3]} rows; import {float(runs[0][1]):.3f} s)")
     sd = [sys.executable, "-m", "diagnose"]
     for label, log in (("10k 3.x", small), ("10k 4.x", small4), ("big", big)):
         for cmd in ("parse", "analyze"):

@@ -16,6 +16,7 @@ No Python loop runs per row: a 1M-step log is a few numpy passes per 8 MiB block
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -45,10 +46,18 @@ def scan_block(block: bytes, quote: bytes = b"'", line_start_only: bool = False)
     res = BlockScan(n_lines=n_lines, newlines=nl, dict_line_mask=np.zeros(n_lines, bool))
     # candidate dict starts: '{' followed by <q>loss<q>: <space>
     head = b"{" + quote + b"loss" + quote + b": "
-    br = np.flatnonzero(a == _LBRACE)
+    line_start = np.concatenate(([0], nl + 1))[:n_lines]
+    fast = len(line_start) > 0 and line_start[-1] + len(head) <= len(a)
+    if fast:  # the common case: every '{' of the block opens its line (no tqdm or rank prefix before dicts)
+        at_start = line_start[a[line_start] == _LBRACE]
+        fast = len(at_start) == int(np.count_nonzero(a == _LBRACE))
+    if fast:
+        br = at_start
+    else:
+        br = np.flatnonzero(a == _LBRACE)
+        br = br[br + len(head) <= len(a)]
     if len(br) == 0:
         return res
-    br = br[br + len(head) <= len(a)]
     ok = np.ones(len(br), bool)
     for k in range(1, len(head)):
         ok &= a[br + k] == head[k]
@@ -56,29 +65,32 @@ def scan_block(block: bytes, quote: bytes = b"'", line_start_only: bool = False)
     if len(starts) == 0:
         return res
     line_of = np.searchsorted(nl, starts)  # 0-based line index within block
-    if line_start_only:  # logging.jsonl: a row is a whole line (the summary nests log_history dicts)
-        lstart = np.concatenate(([0], nl + 1))[line_of]
-        keep = starts == lstart
+    if line_start_only and not fast:  # logging.jsonl: a row is a whole line (the summary nests log_history dicts)
+        keep = starts == line_start[line_of]
         starts, line_of = starts[keep], line_of[keep]
         if len(starts) == 0:
             return res
-    # one dict per line: keep the first start on each line
-    first = np.ones(len(starts), bool)
-    first[1:] = line_of[1:] != line_of[:-1]
-    starts, line_of = starts[first], line_of[first]
+    if not fast:  # one dict per line: keep the first start on each line
+        first = np.ones(len(starts), bool)
+        first[1:] = line_of[1:] != line_of[:-1]
+        starts, line_of = starts[first], line_of[first]
     res.dict_line_mask[line_of] = True
     lend = line_end[line_of]
-    closers = np.flatnonzero(a == _RBRACE)
-    ci = np.searchsorted(closers, starts)
-    if len(closers):
-        close = np.where(ci < len(closers), closers[np.minimum(ci, len(closers) - 1)], len(a))
-    else:
-        close = np.full(len(starts), len(a), np.int64)
+    # the closing brace: the line's last byte (before an optional \r) when every row ends so;
+    # else the first '}' after the start
+    last = lend - 1 - (a[np.maximum(lend - 1, 0)] == 13)
+    close = np.maximum(last, starts)
+    if not (a[close] == _RBRACE).all():
+        closers = np.flatnonzero(a == _RBRACE)
+        ci = np.searchsorted(closers, starts)
+        if len(closers):
+            close = np.where(ci < len(closers), closers[np.minimum(ci, len(closers) - 1)], len(a))
+        else:
+            close = np.full(len(starts), len(a), np.int64)
     closed = close < lend
-    # `, '` before every key but the first: one pass for commas, then check the next two bytes
-    commas = np.flatnonzero(a == _COMMA)
-    commas = commas[commas + 2 < len(a)]
-    kpos = commas[(a[commas + 1] == _SPACE) & (a[commas + 2] == q)]
+    # key separators: every comma (a comma inside a value changes the row's key count or fails
+    # the layout check below, and that row takes the slow path)
+    kpos = np.flatnonzero(a == _COMMA)
     k0 = np.searchsorted(kpos, starts)
     nkeys = np.searchsorted(kpos, close) - k0 + 1
     odd = [line_of[~closed]]
@@ -104,7 +116,7 @@ def scan_block(block: bytes, quote: bytes = b"'", line_start_only: bool = False)
             off = int(kb[0, j] - starts[r0])
             e = row0.find(quote + b": ", off)
             klen.append(e - off if e >= 0 else -1)
-        if min(klen) < 1:
+        if min(klen) < 1 or any(row0[int(kb[0, j] - starts[r0]) - 3 : int(kb[0, j] - starts[r0])] != b", " + quote for j in range(1, K)):
             odd.append(line_of[same_k[:1]])
             pending = np.concatenate((rest_k, same_k[1:]))
             continue
@@ -152,39 +164,65 @@ def _parse_values(a: np.ndarray, vb: np.ndarray, ve: np.ndarray, pair: list[bool
     """Parse the byte spans [vb, ve) (rows x cols) as floats; None if any is not numeric."""
     if vb.size == 0:
         return np.zeros((vb.shape[0], 0))
-    vb = vb + (a[vb] == q)  # strip surrounding quotes (transformers-5 strings, "N/M" pairs), row by row
-    ve = ve - (a[np.maximum(ve - 1, 0)] == q)
-    if (ve <= vb).any():
+    # strip the quotes of columns the template row quotes (transformers-5 strings, "N/M" pairs);
+    # a quote elsewhere is left in place and makes the float parse fail (slow path)
+    quoted = np.flatnonzero(a[vb[0]] == q)
+    if len(quoted):
+        vb, ve = vb.copy(), ve.copy()
+        for j in quoted.tolist():
+            if not ((a[vb[:, j]] == q).all() and (a[ve[:, j] - 1] == q).all()):
+                return None
+            vb[:, j] += 1
+            ve[:, j] -= 1
+    lens = (ve - vb).ravel() + 1  # the value and the byte after it, which becomes the separator
+    if (lens <= 1).any():
         return None
-    # gather bytes [vb, ve] of every value; the byte at ve becomes the separator
-    starts = vb.ravel().astype(np.int32)  # blocks are < 2 GiB: int32 halves the memory traffic
-    lens = (ve.ravel() - vb.ravel() + 1).astype(np.int32)
-    offs = np.cumsum(lens, dtype=np.int32) - lens
-    idx = np.arange(int(lens.sum()), dtype=np.int32) - np.repeat(offs - starts, lens)
+    # gather bytes [vb, ve] of every value: an index that steps by 1 inside a value and
+    # jumps to the next value's start (one cumsum instead of arange - repeat)
+    starts = vb.ravel()
+    offs = np.cumsum(lens) - lens
+    idx = np.ones(int(offs[-1] + lens[-1]), np.int64)
+    idx[offs[1:]] = starts[1:] - starts[:-1] - lens[:-1] + 1
+    idx[0] = starts[0]
+    np.cumsum(idx, out=idx)
     buf = a[idx]
+    del idx
     ends = (offs + lens - 1).reshape(vb.shape)
     buf[ends.ravel()] = _SPACE
     buf[ends[:, -1]] = _NL  # one text row per log row
     extra = 0
+    offs2 = offs.reshape(vb.shape)
     for j, is_pair in enumerate(pair):
         if not is_pair:
             continue
+        extra += 1
+        if sum(pair) == 1:  # the usual case: the row's only '/' lies inside its pair value
+            sl = np.flatnonzero(buf == _SLASH)
+            if len(sl) == len(buf_rows := offs2[:, j]) and ((sl > buf_rows) & (sl < ends[:, j])).all():
+                buf[sl] = _SPACE
+                continue
         width = int((ve[:, j] - vb[:, j]).max())
-        win = offs.reshape(vb.shape)[:, j][:, None] + np.arange(width)[None, :]
+        win = offs2[:, j][:, None] + np.arange(width)[None, :]
         hit = buf[np.minimum(win, len(buf) - 1)] == _SLASH
         if not hit.any(axis=1).all():
             return None
         buf[win[np.arange(len(win)), hit.argmax(axis=1)]] = _SPACE
-        extra += 1
     return _floats(buf.tobytes(), vb.shape[0], vb.shape[1] + extra)
 
 
 _PANDAS_MIN_VALUES = 200_000  # above this the pandas C parser (4x faster) repays its import
+_PANDAS_LOADED_MIN_VALUES = 4_096  # once pandas is imported it wins from here on
+
+
+def prefer_pandas() -> None:
+    """Import the pandas C parser now: a big file will need it anyway (blockscan calls this)."""
+    import pandas  # noqa: F401
 
 
 def _floats(text: bytes, nrows: int, ncols: int) -> np.ndarray | None:
     """Parse `nrows` lines of `ncols` space-separated numbers; None if anything is off."""
-    if nrows * ncols >= _PANDAS_MIN_VALUES:
+    n = nrows * ncols
+    if n >= _PANDAS_MIN_VALUES or (n >= _PANDAS_LOADED_MIN_VALUES and "pandas" in sys.modules):
         import io
 
         import pandas as pd

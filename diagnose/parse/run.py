@@ -21,9 +21,9 @@ from diagnose.models import DatasetStats, Event, ModelInfo, Run, StepsTable
 from diagnose.parse.args import load_args_json
 from diagnose.parse.dicts import find_dict, parse_dict
 from diagnose.parse.events import EventScanner
-from diagnose.parse.fastdict import scan_block
+from diagnose.parse.blockscan import scan_blocks
 from diagnose.parse.lines import DATASET, PARAMS, InfoScanner
-from diagnose.parse.sources import check_not_binary, iter_blocks, resolve_inputs
+from diagnose.parse.sources import check_not_binary, resolve_inputs
 from diagnose.parse.steps import StepRows
 from diagnose.parse.versions import detect_version
 
@@ -45,16 +45,23 @@ class _StdoutResult:
 def _scan_stdout(name: str, source: bytes | Path, run: Run) -> _StdoutResult:
     res = _StdoutResult(name, run)
     base = 0
-    for block in iter_blocks(source):
+    total = len(source) if isinstance(source, bytes) else _size(source)
+    for blk in scan_blocks(source):
+        scan = blk.scan
         if base == 0:
-            check_not_binary(block[:65536], name)
-        scan = scan_block(block)
+            check_not_binary(blk.data[:65536], name)
+            _reserve(res.rows, scan, blk.size, total)
         for keys, cols, lines in scan.groups:
             res.rows.add_group(keys, cols, lines + base + 1)
+        first_dicts = res.quoted is None and (scan.groups or len(scan.odd_lines))
+        if not first_dicts and not len(scan.odd_lines) and scan.dict_line_mask.all():
+            base += scan.n_lines  # every line was a training dict read above: the bytes are not needed
+            continue
+        block = blk.data
         nl = scan.newlines
         starts = np.concatenate(([0], nl + 1))
         ends = np.append(nl, len(block))
-        if res.quoted is None and (scan.groups or len(scan.odd_lines)):
+        if first_dicts:
             i = int(np.flatnonzero(scan.dict_line_mask)[0])
             text = block[starts[i] : ends[i]].decode("utf-8", "replace")
             res.quoted = "'loss': '" in text
@@ -75,6 +82,20 @@ def _scan_stdout(name: str, source: bytes | Path, run: Run) -> _StdoutResult:
         base += scan.n_lines
     res.lines = base
     return res
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _reserve(rows: StepRows, first, first_size: int, total: int) -> None:
+    """Size the step buffers from the first block's density (5% spare; more rows grow them)."""
+    n = sum(len(lines) for _keys, _cols, lines in first.groups) + len(first.odd_lines)
+    if n and first_size and total > first_size:
+        rows.reserve(int(n * total / first_size * 1.05) + 1024)
 
 
 def _decode(raw: bytes) -> str:
@@ -120,12 +141,18 @@ def _apply_jsonl(path: Path, run: Run, clues: dict[str, Any]) -> StepRows:
     rows = StepRows()
     evals: list[dict[str, Any]] = []
     base = 0
-    for block in iter_blocks(path):
+    total = _size(path)
+    for blk in scan_blocks(path, quote=b'"', line_start_only=True):
+        scan = blk.scan
         if base == 0:
-            check_not_binary(block[:65536], str(path))
-        scan = scan_block(block, quote=b'"', line_start_only=True)
+            check_not_binary(blk.data[:65536], str(path))
+            _reserve(rows, scan, blk.size, total)
         for keys, cols, lines in scan.groups:
             rows.add_group(keys, cols, lines + base + 1)
+        if not len(scan.odd_lines) and scan.dict_line_mask.all():
+            base += scan.n_lines
+            continue
+        block = blk.data
         nl = scan.newlines
         starts = np.concatenate(([0], nl + 1))
         ends = np.append(nl, len(block))

@@ -8,7 +8,8 @@ Contract: `resolve_inputs(inputs, stdin=None) -> Sources`.
   args file next to that logging.jsonl; its file names are kept as version clues;
 - `-` reads standard input as one capture.
 Raises `InputError` (exit 2) for a missing path, a directory with no logs, or
-binary data.  `iter_blocks(path)` yields ~8 MiB byte blocks cut at newlines.
+binary data.  `iter_blocks(path)` yields ~8 MiB byte blocks cut at newlines
+(`block_bounds` gives their byte ranges, `read_block` reads one).
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from diagnose.errors import InputError
 
-BLOCK = 1 << 23  # 8 MiB: bounds the per-block numpy temporaries
+BLOCK = 1 << 22  # 4 MiB: bounds the per-block numpy temporaries (and measured fastest)
 _LOG_SUFFIXES = {".log", ".txt", ".out", ".err", ".stdout", ".stderr"}
 _VDIR = re.compile(r"^v(\d+)-\d{8}-\d{6}$")
 
@@ -129,6 +130,39 @@ def resolve_inputs(inputs: list[str], stdin: bytes | None = None) -> Sources:
     return src
 
 
+def block_bounds(path: Path, block: int = BLOCK) -> list[tuple[int, int]]:
+    """Byte ranges [start, end) of the blocks of `path`: each ends at the first newline at or
+    after `start + block - 1` (the last at the file's current size).  Computed with a few small
+    reads, so any process can read any block on its own."""
+    size = path.stat().st_size
+    bounds: list[tuple[int, int]] = []
+    start = 0
+    with path.open("rb") as f:
+        while start < size:
+            pos = start + block - 1
+            end = size
+            f.seek(pos)
+            while pos < size:
+                chunk = f.read(1 << 16)
+                if not chunk:
+                    break
+                j = chunk.find(b"\n")
+                if j >= 0:
+                    end = pos + j + 1
+                    break
+                pos += len(chunk)
+            end = min(end, size)
+            bounds.append((start, end))
+            start = end
+    return bounds
+
+
+def read_block(path: Path, start: int, end: int) -> bytes:
+    with path.open("rb") as f:
+        f.seek(start)
+        return f.read(end - start)
+
+
 def iter_blocks(source: bytes | Path, block: int = BLOCK) -> Iterator[bytes]:
     """Yield blocks of whole lines (the last one may lack a newline)."""
     if isinstance(source, bytes):
@@ -142,18 +176,10 @@ def iter_blocks(source: bytes | Path, block: int = BLOCK) -> Iterator[bytes]:
             yield data[start:end]
             start = end
         return
-    rest = b""
+    bounds = block_bounds(source, block)
     with source.open("rb") as f:
-        while True:
-            chunk = f.read(block)
-            if not chunk:
-                if rest:
-                    yield rest
-                return
-            buf = rest + chunk
-            cut = buf.rfind(b"\n")
-            if cut < 0:
-                rest = buf
-                continue
-            yield buf[: cut + 1]
-            rest = buf[cut + 1 :]
+        for start, end in bounds:
+            f.seek(start)
+            data = f.read(end - start)
+            if data:
+                yield data

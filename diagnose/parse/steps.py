@@ -20,23 +20,65 @@ import numpy as np
 from diagnose.models import STEP_COLUMNS, StepsTable
 from diagnose.parse.values import SPEED_KEYS, STEP_KEYS, parse_duration, split_pair, to_number
 
-_KIND_SPI, _KIND_IPS, _KIND_INTERVAL = 1.0, 2.0, 3.0
+_KIND_SPI, _KIND_IPS, _KIND_INTERVAL = 1, 2, 3  # int8 codes in the `_kind` column (0: none)
 _PRESENCE_COLS = ("loss", "grad_norm", "learning_rate", "token_acc", "memory_gib", "epoch")
 
 
+_ALL_COLS = tuple(STEP_COLUMNS) + ("_kind",)
+
+
 class StepRows:
+    """Rows in arrival order, stored straight into growable column buffers.
+
+    `reserve(n)` sizes the buffers once (the parser estimates the row count from the
+    file size); untouched capacity is never paged in, and building the table is a
+    slice, not a concatenation of per-block pieces.
+    """
+
     def __init__(self) -> None:
-        self._parts: list[dict[str, np.ndarray]] = []
-        self._part_keys: list[tuple[int, set[str]]] = []  # (rows, columns present) per group
+        self._cols: dict[str, np.ndarray] = {}
+        self._pres: dict[str, np.ndarray] = {}
+        self._n = 0
+        self._cap = 0
         self._dicts: list[dict[str, float]] = []
         self.layouts: list[list[str]] = []
 
     def __len__(self) -> int:
-        return sum(len(p["line"]) for p in self._parts) + len(self._dicts)
+        return self._n + len(self._dicts)
+
+    def reserve(self, rows: int) -> None:
+        """Make room for `rows` rows in all (without touching the memory)."""
+        if rows <= self._cap:
+            return
+        for c in _ALL_COLS:
+            new = np.empty(rows, np.int8 if c == "_kind" else np.float64)
+            if c in self._cols:
+                new[: self._n] = self._cols[c][: self._n]
+            self._cols[c] = new
+        for c in _PRESENCE_COLS:
+            new = np.empty(rows, bool)
+            if c in self._pres:
+                new[: self._n] = self._pres[c][: self._n]
+            self._pres[c] = new
+        self._cap = rows
+
+    def _append(self, out: dict[str, np.ndarray], n: int) -> None:
+        if self._n + n > self._cap:
+            self.reserve(max(2 * self._cap, self._n + n, 1024))
+        a, b = self._n, self._n + n
+        for c in _ALL_COLS:
+            v = out.get(c)
+            if v is None:
+                self._cols[c][a:b] = 0 if c == "_kind" else np.nan
+            else:
+                self._cols[c][a:b] = v
+        for c in _PRESENCE_COLS:
+            self._pres[c][a:b] = c in out
+        self._n = b
 
     def add_group(self, keys: list[str], cols: dict[str, np.ndarray], lines: np.ndarray) -> None:
         n = len(lines)
-        out: dict[str, np.ndarray] = {"line": lines.astype(np.float64)}
+        out: dict[str, np.ndarray] = {"line": lines}
         for k, v in cols.items():
             if k in STEP_KEYS:
                 out[STEP_KEYS[k]] = v
@@ -47,13 +89,12 @@ class StepRows:
             elif k in SPEED_KEYS:
                 if SPEED_KEYS[k] == "s/it":
                     out["train_speed_s_per_it"] = v
-                    out["_kind"] = np.full(n, _KIND_SPI)
+                    out["_kind"] = _KIND_SPI
                 else:
                     with np.errstate(divide="ignore", invalid="ignore"):
                         out["train_speed_s_per_it"] = np.where(v > 0, 1.0 / v, np.nan)
-                    out["_kind"] = np.full(n, _KIND_IPS)
-        self._parts.append(out)
-        self._part_keys.append((n, set(out)))
+                    out["_kind"] = _KIND_IPS
+        self._append(out, n)
         if keys not in self.layouts:
             self.layouts.append(keys)
 
@@ -110,63 +151,72 @@ class StepRows:
         self._dicts.append(row)
 
     def build(self, start_step: float = 0.0) -> StepsTable:
-        cols_all = list(STEP_COLUMNS) + ["_kind"]
-        if not self._parts and not self._dicts:
+        if not self._n and not self._dicts:
             return StepsTable()
-        nd = len(self._dicts)
-        cols: dict[str, np.ndarray] = {}
-        for c in cols_all:  # column by column, releasing the pieces: peak memory ≈ table + one column
-            pieces = [part.pop(c) if c in part else np.full(n, np.nan)
-                      for part, (n, _keys) in zip(self._parts, self._part_keys)]
-            if nd:
-                pieces.append(np.array([d.get(c, np.nan) for d in self._dicts], dtype=np.float64))
-            cols[c] = np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
-            del pieces
-        pres: dict[str, np.ndarray] = {}
-        for c in _PRESENCE_COLS:
-            bits = [np.full(n, c in keys) for n, keys in self._part_keys]
-            if nd:
-                bits.append(np.array([c in d for d in self._dicts], dtype=bool))
-            pres[c] = np.concatenate(bits)
-        self._parts, self._part_keys = [], []
-        order = np.argsort(cols["line"], kind="stable")
-        if not (order == np.arange(len(order))).all():
+        if self._dicts:
+            nd = len(self._dicts)
+            self._append({c: np.array([d.get(c, 0 if c == "_kind" else np.nan) for d in self._dicts],
+                                      np.int8 if c == "_kind" else np.float64) for c in _ALL_COLS}, nd)
+            for c in _PRESENCE_COLS:
+                self._pres[c][self._n - nd : self._n] = [c in d for d in self._dicts]
+            self._dicts = []
+        n = self._n
+        cols = {c: v[:n] for c, v in self._cols.items()}
+        pres = {c: v[:n] for c, v in self._pres.items()}
+        self._cols, self._pres, self._n, self._cap = {}, {}, 0, 0
+        line = cols["line"]
+        if n > 1 and not (line[1:] >= line[:-1]).all():
+            order = np.argsort(line, kind="stable")
             cols = {c: v[order] for c, v in cols.items()}
             pres = {c: v[order] for c, v in pres.items()}
         _derive_times(cols, start_step)
-        kind = cols.pop("_kind")
-        del kind
+        del cols["_kind"]
         return StepsTable(cols, pres)
 
 
 def _derive_times(cols: dict[str, np.ndarray], start_step: float) -> None:
+    """Fill `elapsed_s` and `interval_s` in place, with few temporaries (1M rows: ~8 MB each)."""
     step, spd, kind = cols["step"], cols["train_speed_s_per_it"], cols["_kind"]
-    elapsed = cols["elapsed_s"].copy()
+    elapsed, interval = cols["elapsed_s"], cols["interval_s"]
     spi = kind == _KIND_SPI
-    elapsed[spi] = spd[spi] * (step[spi] - start_step)
+    if spi.all():
+        np.multiply(spd, step - start_step, out=elapsed)
+    elif spi.any():
+        elapsed[spi] = spd[spi] * (step[spi] - start_step)
     ips = kind == _KIND_IPS
-    elapsed[ips] = spd[ips] * step[ips]
-    interval = cols["interval_s"].copy()
+    if ips.all():
+        np.multiply(spd, step, out=elapsed)
+    elif ips.any():
+        elapsed[ips] = spd[ips] * step[ips]
+    del spi, ips
     direct = kind == _KIND_INTERVAL
     derived = ~direct & ~np.isnan(elapsed)
     if derived.any():
-        idx = np.flatnonzero(derived)
-        e, s = elapsed[idx], step[idx]
+        every = bool(derived.all())
+        idx = None if every else np.flatnonzero(derived)
+        e, s = (elapsed, step) if every else (elapsed[idx], step[idx])
         with np.errstate(divide="ignore", invalid="ignore"):
-            de = np.diff(e)
             ds = np.diff(s)
-            iv = np.where((ds > 0) & (de > 0), de / ds, np.nan)
+            iv = np.diff(e)
+            ok = (ds > 0) & (iv > 0)
+            np.divide(iv, ds, out=iv)
+            iv[~ok] = np.nan
+            del ok
             first = e[0] / (s[0] - start_step) if s[0] - start_step > 0 and e[0] > 0 else np.nan
-        interval[idx] = np.concatenate(([first], iv))
         # a restart (step going backwards) starts a new clock: take that row's own average
-        back = np.flatnonzero(ds <= 0) + 1
+        back = np.flatnonzero(ds <= 0)
+        del ds
         if len(back):
             with np.errstate(divide="ignore", invalid="ignore"):
-                interval[idx[back]] = np.where(s[back] > 0, e[back] / s[back], np.nan)
+                iv[back] = np.where(s[back + 1] > 0, e[back + 1] / s[back + 1], np.nan)
+        if every:
+            interval[0] = first
+            interval[1:] = iv
+        else:
+            interval[idx] = np.concatenate(([first], iv))
+        del iv
     if direct.any() and np.isnan(elapsed[direct]).all():
         idx = np.flatnonzero(direct)
         ds = np.diff(np.concatenate(([start_step], step[idx])))
         ds[ds <= 0] = 1
         elapsed[idx] = np.cumsum(interval[idx] * ds)
-    cols["elapsed_s"] = elapsed
-    cols["interval_s"] = interval
