@@ -7,7 +7,7 @@ yields one `Block` per block of `iter_blocks(source, block_size)`, in file order
 a block holds lines the vectorised scan did not read (text lines, odd dicts), so
 the bytes of a block made only of training dicts need not be read by this process.
 
-For a file of at least `PARALLEL_MIN_BYTES` on a machine with two or more cores
+For a file of at least `PARALLEL_MIN_BYTES` on Linux with two or more cores
 (and no other thread running in this process, so forking is safe), one forked
 helper scans the odd blocks while this process scans the even ones and does
 everything that must stay in order (text lines, events).  Both read blocks by
@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import pickle
 import signal
+import sys
 import threading
 from pathlib import Path
 from typing import BinaryIO, Iterator
@@ -82,7 +83,9 @@ def scan_blocks(source: bytes | Path, quote: bytes = b"'", line_start_only: bool
 
 
 def _parallel_ok(source: Path) -> bool:
-    if not hasattr(os, "fork") or os.environ.get("SWIFTDOC_JOBS", "") == "1" or (os.cpu_count() or 1) < 2:
+    if not sys.platform.startswith("linux"):  # fork after numpy/pandas imports is unsafe on macOS; Windows has none
+        return False
+    if os.environ.get("SWIFTDOC_JOBS", "") == "1" or (os.cpu_count() or 1) < 2:
         return False
     if threading.active_count() > 1:  # forking a threaded process can deadlock the child
         return False
