@@ -30,6 +30,7 @@ FLAG_CONCEPTS = {
     "quant_method", "quant_bits", "max_steps", "resume_from_checkpoint", "group_by_length",
     "dataloader_pin_memory", "dataloader_persistent_workers", "use_liger_kernel", "device_map",
     "truncation_strategy", "split_dataset_ratio", "load_from_cache_file", "ddp_timeout", "eval_strategy", "use_cpu",
+    "logging_nan_inf_filter",
 }
 
 

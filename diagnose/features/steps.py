@@ -121,6 +121,18 @@ def _gnan(ctx: Ctx):
     return int(bad.sum()), [int(x) for x in ln[bad][:5]]
 
 
+@feature("loss_masked_rows", "rows",
+         "Rows whose loss prints exactly 0 while grad_norm is nan/inf: transformers' logging_nan_inf_filter "
+         "(on by default) logged a stand-in for a nan/inf loss.", FAMILY)
+def _lmask(ctx: Ctx):
+    loss, lp, ln = _col(ctx, "loss")
+    g, gp, _ = _col(ctx, "grad_norm")
+    if not len(loss) or not gp.any():
+        return None
+    hit = lp & (loss == 0) & gp & ~np.isfinite(g)
+    return int(hit.sum()), [int(x) for x in ln[hit][:5]]
+
+
 @feature("nonfinite_tail_frac", "fraction",
          "Of the rows from the first nan/inf on, the share that stay nan/inf (1 = diverged, small = one skipped step).", FAMILY)
 def _tail(ctx: Ctx):

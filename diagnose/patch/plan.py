@@ -50,7 +50,7 @@ SAFE_FLAGS = {"dataloader_num_workers", "num_workers", "dataset_num_proc", "prep
               "use_flash_attn", "attention_backend", "dataloader_pin_memory", "dataloader_persistent_workers",
               "dataloader_prefetch_factor", "lazy_tokenize", "load_from_cache_file", "ddp_timeout", "use_liger_kernel",
               "use_liger", "gradient_checkpointing", "logging_steps", "report_to", "deepspeed", "fsdp", "device_map",
-              "packing_num_proc", "save_total_limit", "check_model", "torch_compile"}
+              "packing_num_proc", "save_total_limit", "check_model", "torch_compile", "logging_nan_inf_filter"}
 SAFE_ENV = ("NCCL_", "TORCH_NCCL_", "PYTORCH_CUDA_ALLOC_CONF", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
             "TOKENIZERS_PARALLELISM", "CUDA_DEVICE_MAX_CONNECTIONS", "HF_HUB_OFFLINE", "MODELSCOPE_CACHE",
             "HF_DATASETS_CACHE", "PACKING_CACHE", "LOG_LEVEL", "MASTER_ADDR", "MASTER_PORT", "NODE_RANK")
