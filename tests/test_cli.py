@@ -88,6 +88,18 @@ def test_stdin_dash():
     assert out["primary"]["rule"] == "OOM001"
 
 
+def test_process_substitution_pipe_is_read_whole():
+    # `swiftdoc analyze <(ssh host cat train.log)`: a pipe, not a regular file (its size reads 0)
+    log = ROOT / "fixtures" / "synthetic_3x_early_oom" / "train.log"
+    p = subprocess.run(["bash", "-c", f'"{sys.executable}" -m diagnose analyze <(cat "{log}") --format json'],
+                       capture_output=True, cwd=ROOT, timeout=120)
+    out = json.loads(p.stdout)
+    assert out["primary"]["rule"] == "OOM001" and out["run"]["steps"] > 0, p.stderr.decode()[-500:]
+    empty = subprocess.run(["bash", "-c", f'"{sys.executable}" -m diagnose analyze <(true)'], capture_output=True, cwd=ROOT)
+    assert empty.returncode == 2
+    _one_line_error(empty)
+
+
 def test_analyze_json_contract():
     out = json.loads(swiftdoc("analyze", str(ROOT / "fixtures" / "synthetic_3x_early_oom"), "--format", "json").stdout)
     assert out["schema_version"] == 1

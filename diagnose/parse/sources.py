@@ -6,7 +6,8 @@ Contract: `resolve_inputs(inputs, stdin=None) -> Sources`.
 - a directory contributes its top-level `*.log|*.txt|*.out|*.err` captures, its
   `logging.jsonl` (or the newest `v<N>-<date>/logging.jsonl` below it), and the
   args file next to that logging.jsonl; its file names are kept as version clues;
-- `-` reads standard input as one capture.
+- `-` reads standard input as one capture; so is a path that is not a regular file
+  (a FIFO, bash's `<(...)`), read once into memory.
 Raises `InputError` (exit 2) for a missing path, a directory with no logs, or
 binary data.  `iter_blocks(path)` yields ~8 MiB byte blocks cut at newlines
 (`block_bounds` gives their byte ranges, `read_block` reads one).
@@ -112,6 +113,16 @@ def resolve_inputs(inputs: list[str], stdin: bytes | None = None) -> Sources:
                     f"{raw}: no ms-swift logs in this directory",
                     hint="expected *.log captures, logging.jsonl or args.json (or a v<N>-<date>/ run folder)",
                 )
+            continue
+        if not p.is_file():  # a pipe: `<(ssh host cat train.log)`, a FIFO: read once, like stdin
+            try:
+                with p.open("rb") as f:
+                    data = f.read()
+            except OSError as e:
+                raise InputError(f"{raw}: cannot read ({e.strerror})") from None
+            check_not_empty(len(data), raw)
+            check_not_binary(data[:65536], raw)
+            src.stdout.append((str(p), data))
             continue
         try:
             with p.open("rb") as f:
