@@ -7,6 +7,7 @@ for the GPUs.  The real `swift sft` runs are in test_attach_swift.py.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -226,15 +227,25 @@ def test_cli_not_swift_exits_2():
     assert r.returncode == 2 and "not an ms-swift job" in r.stderr
 
 
+def _first_line(proc: subprocess.Popen, timeout: float) -> str:
+    import select
+
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    assert ready, "attach printed nothing"
+    return proc.stdout.readline()
+
+
 def test_attach_never_signals_the_job(tmp_path):
     # GIVEN a job WHEN attach follows it and is interrupted THEN the job keeps running untouched
     p, log = start_replay(tmp_path, pace=0.01, hold=30)
     try:
         a = subprocess.Popen([sys.executable, "-m", "diagnose", "attach", str(p.pid), "--format", "json", "--no-gpu"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(2.0)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as from a terminal
+        first = _first_line(a, timeout=60)  # attach is up (a cold start can take seconds), not a fixed sleep
         a.send_signal(2)
         out, err = a.communicate(timeout=30)
+        out = first + out
         assert a.returncode == 0, err
         assert p.poll() is None
         state = Path(f"/proc/{p.pid}/stat").read_text().split(")")[1].split()[0]

@@ -28,6 +28,8 @@ def big_log(tmp_path, monkeypatch):
     p.write_text("".join(lines))
     monkeypatch.setattr(blockscan, "PARALLEL_MIN_BYTES", 1)
     monkeypatch.delenv("SWIFTDOC_JOBS", raising=False)
+    # threads other tests leave behind (tqdm's monitor) would turn the helper off; that guard has its own test
+    monkeypatch.setattr(blockscan, "_other_threads", lambda: False)
     return p
 
 
@@ -94,6 +96,43 @@ def test_a_failing_helper_falls_back_to_this_process(big_log, monkeypatch):
     monkeypatch.setattr(blockscan, "scan_block", crash_in_helper)
     assert _collect(big_log) == seq
     assert not psutil.Process().children()
+
+
+def test_a_stuck_helper_is_killed_and_this_process_finishes(big_log, monkeypatch):
+    import time
+
+    parent = os.getpid()
+
+    def hang_in_helper(block, *a, **k):
+        if os.getpid() != parent:
+            time.sleep(600)
+        return scan_block(block, *a, **k)
+
+    monkeypatch.setenv("SWIFTDOC_JOBS", "1")
+    seq = _collect(big_log)
+    monkeypatch.delenv("SWIFTDOC_JOBS")
+    monkeypatch.setattr(blockscan, "HELPER_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(blockscan, "scan_block", hang_in_helper)
+    t = time.monotonic()
+    assert _collect(big_log) == seq
+    assert time.monotonic() - t < 30
+    assert not psutil.Process().children()
+
+
+def test_no_fork_while_other_threads_run(big_log, monkeypatch):
+    import threading
+
+    monkeypatch.undo()  # the real thread check
+    monkeypatch.setattr(blockscan, "PARALLEL_MIN_BYTES", 1)
+    assert blockscan._parallel_ok(big_log) == (threading.active_count() == 1)
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()
+    try:
+        assert not blockscan._parallel_ok(big_log)
+    finally:
+        stop.set()
+        t.join()
 
 
 def test_abandoning_the_scan_reaps_the_helper(big_log):

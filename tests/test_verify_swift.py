@@ -142,7 +142,9 @@ def test_ctrl_c_kills_every_trial_process_and_cleans_up(tiny, tmp_path):
     env = dict(os.environ, TMPDIR=str(tmp_path))
     p = subprocess.Popen([sys.executable, "-m", "diagnose", "verify", "train.sh", "--set",
                           "gradient_checkpointing=false", "--no-progress", "--max-steps", "200", "--swift", SWIFT],
-                         cwd=d, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         cwd=d, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         # SIGINT as from a terminal: a runner started with `&` ignores it, and children inherit that
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     seen: set[int] = set()
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # wait until the trial's trainer process runs

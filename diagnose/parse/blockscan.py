@@ -13,19 +13,20 @@ helper scans the odd blocks while this process scans the even ones and does
 everything that must stay in order (text lines, events).  Both read blocks by
 their byte ranges (`sources.block_bounds`, computed once before the fork); the
 helper sends back only the scans (numpy arrays, pickled over a pipe), at most a
-block or so ahead.  If the helper fails, dies, or sends something unexpected,
-this process scans that block and the rest itself: the result is always the
-sequential scan's.  `SWIFTDOC_JOBS=1` turns the helper off.
+block or so ahead.  If the helper fails, dies, sends something unexpected, or
+sends nothing for `HELPER_TIMEOUT_S`, this process kills it and scans that block
+and the rest itself: the result is always the sequential scan's.  `SWIFTDOC_JOBS=1` turns the helper off.
 """
 from __future__ import annotations
 
 import os
 import pickle
+import select
 import signal
 import sys
 import threading
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import Iterator
 
 from diagnose.parse import sources
 from diagnose.parse.fastdict import BlockScan, prefer_pandas, scan_block
@@ -87,7 +88,7 @@ def _parallel_ok(source: Path) -> bool:
         return False
     if os.environ.get("SWIFTDOC_JOBS", "") == "1" or (os.cpu_count() or 1) < 2:
         return False
-    if threading.active_count() > 1:  # forking a threaded process can deadlock the child
+    if _other_threads():  # forking a threaded process can deadlock the child
         return False
     try:
         return source.stat().st_size >= PARALLEL_MIN_BYTES
@@ -95,16 +96,38 @@ def _parallel_ok(source: Path) -> bool:
         return False
 
 
+HELPER_TIMEOUT_S = 60.0  # no byte from the helper for this long: it is stuck (or starved); finish alone
+_LEN = 8  # each message: 8-byte little-endian length, then the pickle
+
+
+def _other_threads() -> bool:
+    return threading.active_count() > 1
+
+
 class _Helper:
-    def __init__(self, pid: int, reader: BinaryIO):
+    def __init__(self, pid: int, fd: int):
         self.pid = pid
-        self.reader = reader
+        self.fd = fd
+
+    def _read(self, n: int) -> bytes | None:
+        buf = bytearray()
+        while len(buf) < n:
+            ready, _, _ = select.select([self.fd], [], [], HELPER_TIMEOUT_S)
+            if not ready:
+                return None
+            chunk = os.read(self.fd, min(n - len(buf), 1 << 22))
+            if not chunk:
+                return None
+            buf += chunk
+        return bytes(buf)
 
     def receive(self, index: int) -> BlockScan | None:
         """The helper's scan of block `index`, or None if it cannot give it."""
         try:
-            msg = pickle.load(self.reader)
-        except Exception:  # EOF, broken pipe, a truncated pickle: the helper is gone
+            head = self._read(_LEN)
+            body = self._read(int.from_bytes(head, "little")) if head else None
+            msg = pickle.loads(body) if body else None
+        except Exception:  # a broken pipe, a truncated pickle: the helper is gone
             return None
         if not isinstance(msg, tuple) or len(msg) != 2 or msg[0] != index or not isinstance(msg[1], BlockScan):
             return None
@@ -112,7 +135,7 @@ class _Helper:
 
     def stop(self) -> None:
         try:
-            self.reader.close()
+            os.close(self.fd)
         except OSError:
             pass
         try:
@@ -141,12 +164,14 @@ def _start_helper(path: Path, bounds: list[tuple[int, int]], quote: bytes, line_
                 for i in range(1, len(bounds), 2):
                     start, end = bounds[i]
                     f.seek(start)
-                    pickle.dump((i, scan_block(f.read(end - start), quote, line_start_only)), out,
-                                protocol=pickle.HIGHEST_PROTOCOL)
+                    body = pickle.dumps((i, scan_block(f.read(end - start), quote, line_start_only)),
+                                        protocol=pickle.HIGHEST_PROTOCOL)
+                    out.write(len(body).to_bytes(_LEN, "little"))
+                    out.write(body)
                     out.flush()
         except BaseException:
             code = 1
         finally:
             os._exit(code)
     os.close(w)
-    return _Helper(pid, os.fdopen(r, "rb", buffering=1 << 20))
+    return _Helper(pid, r)
