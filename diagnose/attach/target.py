@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from diagnose.errors import InputError
+from diagnose.parse.sources import VERSION_DIR, newest_version_dir
 
-_VDIR = re.compile(r"^v(\d+)-\d{8}-\d{6}$")
 _SWIFT_CMDS = {"sft", "pt", "rlhf", "pretrain", "infer", "export", "eval", "sample", "app", "deploy", "web-ui"}
 _LOG_SUFFIXES = {".log", ".txt", ".out", ".err", ".stdout", ".stderr"}
 
@@ -162,29 +162,11 @@ def _config_value(cmd: list[str], cwd: str | None, name: str) -> str | None:
 
 def newest_run_dir(output_dir: Path, since: float | None = None) -> Path | None:
     """Newest v<N>-<date> folder (by N) created no earlier than `since` (minus clock slack)."""
-    best = None
-    try:
-        entries = list(output_dir.iterdir())
-    except OSError:
-        return None
-    for p in entries:
-        m = _VDIR.match(p.name)
-        if not m or not p.is_dir():
-            continue
-        if since is not None:
-            try:
-                if p.stat().st_mtime < since - 5:
-                    continue
-            except OSError:
-                continue
-        key = (int(m.group(1)), p.name)
-        if best is None or key > best[0]:
-            best = (key, p)
-    return best[1] if best else None
+    return newest_version_dir(output_dir, since=since)
 
 
 def _is_run_dir(p: Path) -> bool:
-    return bool(_VDIR.match(p.name)) or (p / "logging.jsonl").exists() or (p / "args.json").exists()
+    return bool(VERSION_DIR.match(p.name)) or (p / "logging.jsonl").exists() or (p / "args.json").exists()
 
 
 # ---------------------------------------------------------------------------- the target
@@ -502,7 +484,7 @@ def _from_path(p: Path, spec: str) -> Target:
     # a file
     if p.suffix == ".jsonl":
         run = p.parent
-        pid = find_job_for_paths(run.parent if _VDIR.match(run.name) else run, None)
+        pid = find_job_for_paths(run.parent if VERSION_DIR.match(run.name) else run, None)
         if pid is not None:
             t = _from_pid(pid, spec)
             t.kind = "log"

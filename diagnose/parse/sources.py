@@ -23,7 +23,7 @@ from diagnose.errors import InputError
 
 BLOCK = 1 << 22  # 4 MiB: bounds the per-block numpy temporaries (and measured fastest)
 _LOG_SUFFIXES = {".log", ".txt", ".out", ".err", ".stdout", ".stderr"}
-_VDIR = re.compile(r"^v(\d+)-\d{8}-\d{6}$")
+VERSION_DIR = re.compile(r"^v(\d+)-\d{8}-\d{6}$")  # ms-swift's run folder under output_dir
 
 
 @dataclass
@@ -34,7 +34,12 @@ class Sources:
     file_names: set[str] = field(default_factory=set)
 
 
-def _newest_version_dir(d: Path) -> Path | None:
+def newest_version_dir(d: Path, since: float | None = None, with_logs: bool = False) -> Path | None:
+    """Newest `v<N>-<date>-<time>` folder of an ms-swift output dir (by N, then name).
+
+    `with_logs`: only folders holding `logging.jsonl` or `args.json`; `since`: only
+    folders modified no earlier than that time (minus 5 s of clock slack), which is
+    how attach finds the folder a job it watches has just created."""
     best: tuple[int, str] | None = None
     found = None
     try:
@@ -42,11 +47,20 @@ def _newest_version_dir(d: Path) -> Path | None:
     except OSError:
         return None
     for p in entries:
-        m = _VDIR.match(p.name)
-        if m and p.is_dir() and ((p / "logging.jsonl").exists() or (p / "args.json").exists()):
-            key = (int(m.group(1)), p.name)
-            if best is None or key > best:
-                best, found = key, p
+        m = VERSION_DIR.match(p.name)
+        if not m or not p.is_dir():
+            continue
+        if with_logs and not ((p / "logging.jsonl").exists() or (p / "args.json").exists()):
+            continue
+        if since is not None:
+            try:
+                if p.stat().st_mtime < since - 5:
+                    continue
+            except OSError:
+                continue
+        key = (int(m.group(1)), p.name)
+        if best is None or key > best:
+            best, found = key, p
     return found
 
 
@@ -79,7 +93,7 @@ def _add_dir(d: Path, src: Sources) -> None:
             src.stdout.append((str(p), p))
     base = d
     if not (d / "logging.jsonl").exists() and not (d / "args.json").exists():
-        v = _newest_version_dir(d)
+        v = newest_version_dir(d, with_logs=True)
         if v is not None:
             base = v
             names |= {p.name for p in v.iterdir()}
