@@ -107,6 +107,13 @@ def _col(ctx: Ctx, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return t[name], t.present(name), t["line"]
 
 
+def _finite(ctx: Ctx, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """The printed, finite values of a column and their source lines."""
+    v, p, ln = _col(ctx, name)
+    ok = p & np.isfinite(v)
+    return v[ok], ln[ok]
+
+
 @feature("loss_nonfinite_count", "rows", "Logged steps whose loss is nan or inf.", FAMILY)
 def _lnan(ctx: Ctx):
     v, p, ln = _col(ctx, "loss")
@@ -158,16 +165,13 @@ def _nfs(ctx: Ctx):
 
 @feature("grad_norm_median", "norm", "Median finite grad_norm.", FAMILY)
 def _gmed(ctx: Ctx):
-    v, p, _ = _col(ctx, "grad_norm")
-    f = v[p & np.isfinite(v)]
+    f, _ = _finite(ctx, "grad_norm")
     return float(np.median(f)) if len(f) else None
 
 
 @feature("grad_norm_spike_count", "rows", "Steps whose grad_norm exceeds 5× the running median.", FAMILY)
 def _gspike(ctx: Ctx):
-    v, p, ln = _col(ctx, "grad_norm")
-    ok = p & np.isfinite(v)
-    f, fl = v[ok], ln[ok]
+    f, fl = _finite(ctx, "grad_norm")
     if len(f) < 5:
         return None
     med = np.median(f)
@@ -177,8 +181,7 @@ def _gspike(ctx: Ctx):
 
 @feature("grad_norm_swing_frac", "fraction", "Share of consecutive grad_norm pairs changing by more than 2× (swinging).", FAMILY)
 def _gswing(ctx: Ctx):
-    v, p, _ = _col(ctx, "grad_norm")
-    f = v[p & np.isfinite(v)]
+    f, _ = _finite(ctx, "grad_norm")
     if len(f) < 6:
         return None
     r = f[1:] / np.maximum(f[:-1], 1e-12)
@@ -187,22 +190,19 @@ def _gswing(ctx: Ctx):
 
 @feature("loss_first", "loss", "First finite logged loss.", FAMILY)
 def _lf(ctx: Ctx):
-    v, p, _ = _col(ctx, "loss")
-    f = v[p & np.isfinite(v)]
+    f, _ = _finite(ctx, "loss")
     return float(f[0]) if len(f) else None
 
 
 @feature("loss_last", "loss", "Last finite logged loss.", FAMILY)
 def _ll(ctx: Ctx):
-    v, p, _ = _col(ctx, "loss")
-    f = v[p & np.isfinite(v)]
+    f, _ = _finite(ctx, "loss")
     return float(f[-1]) if len(f) else None
 
 
 @feature("loss_trend_frac", "fraction", "Relative change of median loss, last quarter vs first quarter (+ = rising).", FAMILY)
 def _ltrend(ctx: Ctx):
-    v, p, _ = _col(ctx, "loss")
-    f = v[p & np.isfinite(v)]
+    f, _ = _finite(ctx, "loss")
     if len(f) < 8:
         return None
     q = len(f) // 4
@@ -212,9 +212,7 @@ def _ltrend(ctx: Ctx):
 
 @feature("loss_spike_count", "rows", "Steps whose loss exceeds 3× the median of the preceding block of 20 finite values.", FAMILY)
 def _lspike(ctx: Ctx):
-    v, p, ln = _col(ctx, "loss")
-    ok = p & np.isfinite(v)
-    f, fl = v[ok], ln[ok]
+    f, fl = _finite(ctx, "loss")
     if len(f) < 10:
         return None
     w = 20 if len(f) >= 40 else 5

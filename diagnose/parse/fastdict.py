@@ -12,7 +12,7 @@ Contract: `scan_block(block, quote)` finds every training dict that starts with
 - `dict_line_mask`: which lines of the block hold a training dict, so the caller
   scans only the other lines for INFO lines and errors.
 With `line_start_only` (logging.jsonl) a dict counts only when it starts its line.
-No Python loop runs per row: a 1M-step log is a few numpy passes per 8 MiB block.
+No Python loop runs per row: a 1M-step log is a few numpy passes per 4 MiB block.
 """
 from __future__ import annotations
 
@@ -111,12 +111,13 @@ def scan_block(block: bytes, quote: bytes = b"'", line_start_only: bool = False)
             kb[:, 1:] = kpos[k0[same_k][:, None] + np.arange(K - 1)[None, :]] + 3
         r0 = int(same_k[0])
         row0 = bytes(a[starts[r0] : close[r0] + 1])
+        koff = [int(kb[0, j] - starts[r0]) for j in range(K)]  # key offsets within the template row
         klen = []
-        for j in range(K):
-            off = int(kb[0, j] - starts[r0])
+        for off in koff:
             e = row0.find(quote + b": ", off)
             klen.append(e - off if e >= 0 else -1)
-        if min(klen) < 1 or any(row0[int(kb[0, j] - starts[r0]) - 3 : int(kb[0, j] - starts[r0])] != b", " + quote for j in range(1, K)):
+        # every key after the first must follow `, <q>` (kb assumed it; commas inside values fail here)
+        if min(klen) < 1 or any(row0[off - 3 : off] != b", " + quote for off in koff[1:]):
             odd.append(line_of[same_k[:1]])
             pending = np.concatenate((rest_k, same_k[1:]))
             continue
@@ -190,24 +191,23 @@ def _parse_values(a: np.ndarray, vb: np.ndarray, ve: np.ndarray, pair: list[bool
     ends = (offs + lens - 1).reshape(vb.shape)
     buf[ends.ravel()] = _SPACE
     buf[ends[:, -1]] = _NL  # one text row per log row
-    extra = 0
-    offs2 = offs.reshape(vb.shape)
+    n_pairs = sum(pair)
+    value_at = offs.reshape(vb.shape)  # where each value starts in buf
     for j, is_pair in enumerate(pair):
         if not is_pair:
             continue
-        extra += 1
-        if sum(pair) == 1:  # the usual case: the row's only '/' lies inside its pair value
+        if n_pairs == 1:  # the usual case: the row's only '/' lies inside its pair value
             sl = np.flatnonzero(buf == _SLASH)
-            if len(sl) == len(buf_rows := offs2[:, j]) and ((sl > buf_rows) & (sl < ends[:, j])).all():
+            if len(sl) == len(value_at) and ((sl > value_at[:, j]) & (sl < ends[:, j])).all():
                 buf[sl] = _SPACE
                 continue
         width = int((ve[:, j] - vb[:, j]).max())
-        win = offs2[:, j][:, None] + np.arange(width)[None, :]
+        win = value_at[:, j][:, None] + np.arange(width)[None, :]
         hit = buf[np.minimum(win, len(buf) - 1)] == _SLASH
         if not hit.any(axis=1).all():
             return None
         buf[win[np.arange(len(win)), hit.argmax(axis=1)]] = _SPACE
-    return _floats(buf.tobytes(), vb.shape[0], vb.shape[1] + extra)
+    return _floats(buf.tobytes(), vb.shape[0], vb.shape[1] + n_pairs)
 
 
 _PANDAS_MIN_VALUES = 200_000  # above this the pandas C parser (4x faster) repays its import

@@ -21,6 +21,7 @@ from diagnose.models import DatasetStats, Event, ModelInfo, Run, StepsTable
 from diagnose.parse.args import load_args_json
 from diagnose.parse.dicts import find_dict, parse_dict
 from diagnose.parse.events import EventScanner
+from diagnose.parse.fastdict import BlockScan
 from diagnose.parse.blockscan import scan_blocks
 from diagnose.parse.lines import DATASET, PARAMS, InfoScanner
 from diagnose.parse.sources import check_not_binary, resolve_inputs
@@ -91,7 +92,7 @@ def _size(path: Path) -> int:
         return 0
 
 
-def _reserve(rows: StepRows, first, first_size: int, total: int) -> None:
+def _reserve(rows: StepRows, first: BlockScan, first_size: int, total: int) -> None:
     """Size the step buffers from the first block's density (5% spare; more rows grow them)."""
     n = sum(len(lines) for _keys, _cols, lines in first.groups) + len(first.odd_lines)
     if n and first_size and total > first_size:

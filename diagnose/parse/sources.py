@@ -9,8 +9,8 @@ Contract: `resolve_inputs(inputs, stdin=None) -> Sources`.
 - `-` reads standard input as one capture; so is a path that is not a regular file
   (a FIFO, bash's `<(...)`), read once into memory.
 Raises `InputError` (exit 2) for a missing path, a directory with no logs, or
-binary data.  `iter_blocks(path)` yields ~8 MiB byte blocks cut at newlines
-(`block_bounds` gives their byte ranges, `read_block` reads one).
+binary data.  `iter_blocks(source)` yields ~4 MiB byte blocks cut at newlines
+(`block_bounds` gives a file's block byte ranges, `read_block` reads one).
 """
 from __future__ import annotations
 

@@ -30,6 +30,7 @@ Contract: `run_verify(job, variants, options, runner=None, progress=None) -> Ver
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import shutil
 import tempfile
@@ -131,9 +132,7 @@ def _parity(base: list[TrialResult], arm: list[TrialResult], variant: Variant, g
     if gb_base and gb_arm and gb_base != gb_arm:
         return LossParity(checked=False, reason=f"global batch differs ({gb_base} vs {gb_arm})")
     p = loss_parity(_loss_by_step(base), _loss_by_step(arm), opts.rel_tol, opts.abs_tol)
-    return LossParity(checked=p.ok is not None, ok=p.ok, steps_compared=p.steps_compared, max_abs_diff=p.max_abs_diff,
-                      max_rel_diff=p.max_rel_diff, worst_step=p.worst_step, rel_tol=p.rel_tol, abs_tol=p.abs_tol,
-                      reason=p.reason)
+    return LossParity(checked=p.ok is not None, **dataclasses.asdict(p))
 
 
 def _used(ts: list[TrialResult]) -> list[TrialResult]:
