@@ -106,14 +106,17 @@ Group.model_rebuild()
 
 
 def default_rules_dir() -> Path:
+    """The rule files: $SWIFTDOC_RULES when set, else the ones shipped inside the package.
+
+    They live in `diagnose/rules_data/` (the checkout's top-level `rules` is a link to
+    it), so a wheel or a non-editable install carries them.
+    """
     env = os.environ.get("SWIFTDOC_RULES")
     if env:
         return Path(env)
-    here = Path(__file__).resolve().parent
-    for cand in (here.parent / "rules", here / "rules_data"):
-        if cand.is_dir():
-            return cand
-    return here.parent / "rules"
+    from importlib.resources import files
+
+    return Path(str(files("diagnose") / "rules_data"))
 
 
 def _walk_conds(g: Group | Cond | None):
