@@ -10,7 +10,7 @@ var wins and the later conflicting op is reported in `dropped`.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -26,6 +26,8 @@ class Primary(BaseModel):
     rule: str | None
     severity: str
     summary: str
+    confidence: Literal["certain", "probable", "weak"] = "certain"
+    missing: str | None = None  # what the text lacks for a surer verdict
 
 
 class Dropped(BaseModel):
@@ -93,12 +95,39 @@ def build_diagnosis(findings: list[Finding], skipped: list[Skipped], features: F
     feats = features.values
     if serious:
         p = serious[0]
-        primary = Primary(category=p.category, rule=p.rule, severity=p.severity, summary=p.summary)
+        primary = Primary(category=p.category, rule=p.rule, severity=p.severity, summary=p.summary,
+                          confidence=p.confidence, missing=p.missing)
     elif len(run.steps):
-        primary = Primary(category="healthy", rule=None, severity="info", summary=healthy_summary(feats))
+        primary = _healthy(run, feats)
     else:
-        what = "no training steps and no known error signature" if run.recognized else "nothing ms-swift-specific"
-        primary = Primary(category="unknown", rule=None, severity="info",
-                          summary=f"Readable, but {what} was found in the input.")
+        what = ("no training steps and no known error signature" if run.total_lines or run.sources
+                else "nothing")
+        primary = Primary(category="unknown", rule=None, severity="info", confidence="weak",
+                          summary=f"Readable, but {what} was found in the input.",
+                          missing="no training step rows and no error message in the text")
     return Diagnosis(primary=primary, findings=ranked, skipped=skipped, dropped=merge_remedies(ranked),
                      features=feats, notes=list(features.notes) + list(run.notes))
+
+
+def _healthy(run: Run, feats: dict[str, Any]) -> Primary:
+    """No problem found: certain for a whole run, probable for an excerpt (it only shows the part given)."""
+    if not feats.get("excerpt"):
+        return Primary(category="healthy", rule=None, severity="info", summary=healthy_summary(feats),
+                       confidence="certain" if run.ended else "probable")
+    t = run.steps
+    steps = [int(s) for s in t["step"] if s == s]
+    span = f"steps {steps[0]}-{steps[-1]}" if steps else f"{len(t)} logged rows"
+    parts = [span]
+    if feats.get("step_time_median_s") is not None:
+        cv = feats.get("step_time_cv")
+        steady = "steady speed" if cv is None or cv < 0.25 else "uneven speed"
+        parts.append(f"{steady} ({feats['step_time_median_s']:.3g} s/step)")
+    if feats.get("samples_per_s") is not None:
+        parts.append(f"{feats['samples_per_s']:.3g} samples/s")
+    mem = t["memory_gib"][t.present("memory_gib")] if t.has("memory_gib") else []
+    if len(mem) >= 2:
+        flat = max(mem) - min(mem) <= 0.05 * max(max(mem), 1e-9)
+        parts.append(("memory flat at " if flat else "memory ") + f"{max(mem):.4g} GiB")
+    return Primary(category="healthy", rule=None, severity="info", confidence="probable",
+                   summary="Healthy as far as the excerpt goes: " + ", ".join(parts) + ".",
+                   missing="the excerpt shows neither the start nor the end of the run")

@@ -11,7 +11,7 @@ Remedy values are resolved here (`value_from` -> the feature's value).
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -45,6 +45,9 @@ class Finding(BaseModel):
     lines: list[int] = Field(default_factory=list)
     remedies: list[ResolvedRemedy] = Field(default_factory=list)
     references: list[str] = Field(default_factory=list)
+    # certain: the category's own signature is in the text; probable: inferred; weak: thin evidence
+    confidence: Literal["certain", "probable", "weak"] = "certain"
+    missing: str | None = None  # what the text lacks for a surer verdict
 
 
 class Skipped(BaseModel):
@@ -176,6 +179,16 @@ def _round_for(flag: str | None, value: Any) -> Any:
     return value
 
 
+_CONF_ORDER = ("certain", "probable", "weak")
+
+
+def _confidence(declared: str, decisive: list[int], probable: set[int]) -> tuple[str, str | None]:
+    """The rule's own confidence, lowered to probable when every line that decided it is a partial signature."""
+    if declared == "certain" and decisive and all(ln in probable for ln in decisive):
+        return "probable", "the decisive message is cut or only implies the category (its full line is not in the text)"
+    return declared, None
+
+
 def evaluate_rules(rules: list[Rule], features: Features) -> tuple[list[Finding], list[Skipped]]:
     feats = features.values
     findings: list[Finding] = []
@@ -190,10 +203,12 @@ def evaluate_rules(rules: list[Rule], features: Features) -> tuple[list[Finding]
             continue
         names = set(used) | set(rule.requires) | {n for n in template_names(rule.evidence) if n in feats}
         lines = sorted({ln for n in names for ln in features.lines.get(n, [])})
+        decisive = sorted({ln for n in used for ln in features.lines.get(n, [])})
+        conf, missing = _confidence(rule.confidence, decisive, features.probable_lines)
         findings.append(Finding(
             rule=rule.id, slug=rule.slug, category=rule.category, severity=rule.severity, priority=rule.priority,
             summary=rule.summary, evidence=_evidence(rule, feats),
             values={n: feats.get(n) for n in sorted(names)}, lines=lines,
-            remedies=_resolve(rule, feats), references=rule.references,
+            remedies=_resolve(rule, feats), references=rule.references, confidence=conf, missing=missing,
         ))
     return findings, skipped

@@ -134,8 +134,9 @@ class Run(BaseModel):
 
     sources: list[str] = Field(default_factory=list)
     line_file: str | None = None
-    recognized: bool = False  # anything ms-swift-specific matched
-    trainer: Literal["ms-swift", "ms-swift-megatron", "hf-trainer", "unknown"] = "unknown"
+    recognized: bool = False  # anything ms-swift-specific matched (decides the version and fix dialect, not whether to diagnose)
+    trainer: Literal["ms-swift", "ms-swift-megatron", "megatron-lm", "llama-factory", "trl", "hf-trainer", "deepspeed",
+                     "unknown"] = "unknown"
     swift_version: str | None = None
     version_clue: str | None = None
     steps: StepsTable = Field(default_factory=StepsTable, exclude=True)
@@ -157,6 +158,7 @@ class Run(BaseModel):
     progress: dict[str, Any] | None = None  # last training progress bar (step/total)
     checkpoints: list[dict[str, Any]] = Field(default_factory=list)  # saves seen: {path, step, line}
     total_lines: int = 0
+    header_line: int | None = None  # first line that shows the start of the run (launch echo, start marker, args dump)
     ended: bool = False  # "End time of running main" seen / summary present
 
     @property

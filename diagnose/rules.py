@@ -92,6 +92,7 @@ class Rule(BaseModel):
     evidence: str
     remedies: list[Remedy] = Field(default_factory=list)
     references: list[str] = Field(default_factory=list)
+    confidence: Literal["certain", "probable", "weak"] = "certain"  # how sure a finding of this rule is
     source: str = ""
 
     @field_validator("id")

@@ -102,3 +102,57 @@ def _eta(ctx: Ctx):
         return None
     r = min(rates, key=lambda r: r["rate_per_s"])
     return r["total"] / r["rate_per_s"] if r["rate_per_s"] > 0 else None
+
+
+def _last_bar(ctx: Ctx) -> dict | None:
+    return ctx.run.preprocess[-1] if ctx.run.preprocess else None
+
+
+@feature("preprocess_eta_max_s", "s",
+         "Longest time still to go on a preprocessing bar (tqdm's remaining time, else rows left ÷ rate).", FAMILY)
+def _eta_max(ctx: Ctx):
+    best: tuple[float, int] | None = None
+    for r in ctx.run.preprocess:
+        left = r.get("remaining_s")
+        if left is None and r.get("rate_per_s"):
+            left = (r["total"] - r["done"]) / r["rate_per_s"]
+        if left is not None and (best is None or left > best[0]):
+            best = (float(left), r["line"])
+    return (best[0], [best[1]]) if best else None
+
+
+@feature("preprocess_stalled", "bool",
+         "The last preprocessing bar in the text sits at 0 rows of a large dataset (>= 1000 rows) with no rate yet, "
+         "and no training step follows it.", FAMILY)
+def _stalled(ctx: Ctx):
+    r = _last_bar(ctx)
+    if r is None:
+        return None
+    t = ctx.run.steps
+    after = len(t) and float(t["line"][-1]) > r["line"]
+    stalled = r["done"] == 0 and r["total"] >= 1000 and not r.get("rate_per_s") and not after
+    return bool(stalled), [r["line"]]
+
+
+@feature("preprocess_what", "text", "What the last preprocessing bar does (Map, Running tokenizer on dataset, ...).", FAMILY)
+def _what(ctx: Ctx):
+    r = _last_bar(ctx)
+    return (r["what"] or "preprocessing", [r["line"]]) if r else None
+
+
+@feature("preprocess_done", "rows", "Rows the last preprocessing bar has done.", FAMILY)
+def _done(ctx: Ctx):
+    r = _last_bar(ctx)
+    return r["done"] if r else None
+
+
+@feature("preprocess_total", "rows", "Rows the last preprocessing bar has in all.", FAMILY)
+def _total(ctx: Ctx):
+    r = _last_bar(ctx)
+    return r["total"] if r else None
+
+
+@feature("preprocess_rate_last_per_s", "rows/s", "Rate of the last preprocessing bar (None while tqdm shows '?').", FAMILY)
+def _rate_last(ctx: Ctx):
+    r = _last_bar(ctx)
+    return r.get("rate_per_s") if r else None

@@ -5,10 +5,13 @@ Units: `_count` are occurrences (rank repeats folded), `_line` a 1-based line.
 from __future__ import annotations
 
 from diagnose.features.registry import Ctx, feature
+from diagnose.parse.events import KINDS as SIGNATURE_KINDS
 
 FAMILY = "events"
-KINDS = ("cuda_oom", "host_oom", "nccl_timeout", "nccl_error", "nccl_rtx40", "ib_error", "bus_error",
-         "allocator_flush", "child_failed", "signal", "bad_args", "traceback", "nan", "ddp_inactive")
+KINDS = tuple(SIGNATURE_KINDS) + ("traceback", "traceback_cut", "nan")
+# kinds that say something stopped the run (the others are warnings, consequences or context)
+_NOT_STOPPING = {"nan", "allocator_flush", "traceback", "traceback_cut", "ddp_inactive", "closing_signal", "index_build",
+                 "shards_one", "dns_fail", "argv_backslash"}
 
 
 def _events(ctx: Ctx, kind: str):
@@ -28,9 +31,9 @@ for _k in KINDS:
     feature(f"{_k}_count", "count", f"Number of `{_k}` events found in the logs (repeats from several ranks folded).", FAMILY)(_make(_k))
 
 
-@feature("error_event_count", "count", "Events that stop a run: every kind except nan, allocator_flush, ddp_inactive and traceback.", FAMILY)
+@feature("error_event_count", "count", "Events that stop a run (not warnings, consequences such as the launcher's closing signals, or tracebacks).", FAMILY)
 def _errors(ctx: Ctx):
-    return sum(1 for e in ctx.run.events if e.kind not in ("nan", "allocator_flush", "traceback", "ddp_inactive"))
+    return sum(1 for e in ctx.run.events if e.kind not in _NOT_STOPPING)
 
 
 @feature("fatal_traceback", "text",
@@ -129,7 +132,10 @@ def _live(ctx: Ctx):
 
 
 _CONFIG_ERRORS = [
-    ("deepspeed_device_map", ("DeepSpeed is not compatible with `device_map`", "DeepSpeed is not compatible with device_map")),
+    ("deepspeed_device_map", ("DeepSpeed is not compatible with `device_map`", "DeepSpeed is not compatible with device_map",
+                              "DeepSpeed is not compatible with MP")),
+    ("device_map_distributed", ("loaded with `device_map='auto'` in any distributed mode",)),
+    ("invalid_flag_value", ("is not a valid",)),
     ("packing_needs_flash", ('"packing" feature requires a flash attention', "packing\" needs to be used in conjunction")),
     ("padding_free_needs_flash", ('"padding_free" feature requires a flash attention', "padding_free\" needs to be used in conjunction")),
     ("packing_lazy_tokenize", ("Packing and lazy_tokenize are incompatible",)),
@@ -142,7 +148,7 @@ _CONFIG_ERRORS = [
 @feature("config_error", "enum", "A known configuration error message ms-swift raised (deepspeed_device_map, packing_needs_flash, ...).", FAMILY)
 def _cfg_err(ctx: Ctx):
     for e in ctx.run.events:
-        if e.kind not in ("traceback", "bad_args"):
+        if e.kind not in ("traceback", "bad_args", "config_error"):
             continue
         for name, needles in _CONFIG_ERRORS:
             if name == "max_steps_required":
@@ -170,3 +176,64 @@ def _rejected(ctx: Ctx):
 @feature("recognized", "bool", "Something ms-swift-specific (or a known error signature) was found in the input.", FAMILY)
 def _recog(ctx: Ctx):
     return bool(ctx.run.recognized)
+
+
+_WHERE = (
+    # (name, substrings of a frame's file or function): where a traceback whose exception line is missing was
+    ("swift_args", ("parse_args", "x_main", "_parse_args", "/argument", "arguments/", "hf_argparser")),
+    ("elastic_launcher", ("torch/distributed/run.py", "distributed/elastic/agent", "launcher/api.py", "rendezvous")),
+    ("checkpoint_save", ("save_checkpoint", "_save_checkpoint", "checkpoint_and_decide_exit", "save_model")),
+    ("dataloader", ("torch/utils/data/", "_next_data", "dataloader")),
+    ("model_load", ("from_pretrained", "load_state_dict", "safe_open")),
+)
+
+
+@feature("traceback_cut_where", "enum",
+         "Where a traceback whose exception line is missing from the text stopped: swift_args, elastic_launcher, "
+         "checkpoint_save, dataloader, model_load or other (its last frames).", FAMILY)
+def _cut_where(ctx: Ctx):
+    evs = _events(ctx, "traceback_cut")
+    if not evs:
+        return None
+    e = evs[-1]
+    frames = e.detail.get("frames") or []
+    for frame in reversed(frames[-3:]):
+        hay = f"{frame.get('file', '')} {frame.get('func', '')}"
+        for name, needles in _WHERE:
+            if any(n in hay for n in needles):
+                return name, [e.line]
+    return "other", [e.line]
+
+
+@feature("capture_whole", "bool",
+         "The text holds the start of the run (the launch echo, the start marker, the version line or the args dump): "
+         "a capture, not an excerpt, so a missing end means the run stopped.", FAMILY)
+def _whole(ctx: Ctx):
+    return ctx.run.header_line is not None
+
+
+@feature("excerpt", "bool", "The text is a fragment: neither the start nor the end of the run is in it.", FAMILY)
+def _excerpt(ctx: Ctx):
+    return ctx.run.header_line is None and not ctx.run.ended
+
+
+def _first_detail(ctx: Ctx, kind: str, key: str):
+    for e in _events(ctx, kind):
+        if key in e.detail:
+            return e.detail[key], [e.line]
+    return None
+
+
+@feature("streaming_shards", "count", "Shards of the streamed dataset, from datasets' 'Too many dataloader workers' warning.", FAMILY)
+def _shards(ctx: Ctx):
+    return _first_detail(ctx, "shards_one", "n_shards")
+
+
+@feature("index_build_s", "s", "Seconds Megatron spent building a dataset index map at start-up, when printed.", FAMILY)
+def _index_s(ctx: Ctx):
+    return _first_detail(ctx, "index_build", "seconds")
+
+
+@feature("worker_exitcode", "code", "Exit code of the first worker torchrun reported as failed.", FAMILY)
+def _wexit(ctx: Ctx):
+    return _first_detail(ctx, "worker_failed", "exitcode")

@@ -81,6 +81,8 @@ class Features:
     values: dict[str, Any]
     lines: dict[str, list[int]]
     notes: list[str] = field(default_factory=list)
+    # lines whose event only implies its kind (a cut message, an allocation failure seen through NCCL)
+    probable_lines: set[int] = field(default_factory=set)
 
     def get(self, name: str) -> Any:
         return self.values.get(name)
@@ -113,4 +115,5 @@ def compute_features(run: Run, samples: dict[str, Any] | None = None, host: dict
         else:
             val = out
         ctx.values[f.name] = _clean(val)
-    return Features(ctx.values, ctx.lines, notes)
+    probable = {e.line for e in run.events if e.detail.get("confidence") in ("probable", "weak")}
+    return Features(ctx.values, ctx.lines, notes, probable)

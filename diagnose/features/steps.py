@@ -230,3 +230,42 @@ def _prog(ctx: Ctx):
     if ls is None or not ms:
         return None
     return ls / ms
+
+
+def _thirds(ctx: Ctx, name: str) -> tuple[float, float, list[int]] | None:
+    """Mean of the first and last third of a column's finite values (>= 6 of them), with their lines."""
+    f, fl = _finite(ctx, name)
+    if len(f) < 6:
+        return None
+    k = len(f) // 3
+    return float(np.mean(f[:k])), float(np.mean(f[-k:])), [int(fl[0]), int(fl[-1])]
+
+
+@feature("loss_rise_frac", "fraction",
+         "Rise of the mean loss from the first third of the logged rows to the last third (+0.5 = 50% higher); "
+         "only for losses that start above 0.1 (GRPO/DPO losses near 0 are not read).", FAMILY)
+def _lrise(ctx: Ctx):
+    t = _thirds(ctx, "loss")
+    if t is None or t[0] <= 0.1:
+        return None
+    return (t[1] - t[0]) / t[0], t[2]
+
+
+@feature("grad_norm_rise_ratio", "ratio", "Mean grad_norm of the last third of the logged rows ÷ that of the first third.", FAMILY)
+def _grise(ctx: Ctx):
+    t = _thirds(ctx, "grad_norm")
+    if t is None or t[0] <= 0:
+        return None
+    return t[1] / t[0], t[2]
+
+
+@feature("token_acc_first", "fraction", "First logged training token accuracy.", FAMILY)
+def _taf(ctx: Ctx):
+    f, fl = _finite(ctx, "token_acc")
+    return (float(f[0]), [int(fl[0])]) if len(f) else None
+
+
+@feature("token_acc_last", "fraction", "Last logged training token accuracy.", FAMILY)
+def _tal(ctx: Ctx):
+    f, fl = _finite(ctx, "token_acc")
+    return (float(f[-1]), [int(fl[-1])]) if len(f) else None

@@ -1,11 +1,13 @@
 """The slow, general reader of one printed log dict (any version, any quirk).
 
-Contract: `find_dict(text)` locates the first `{'...': ...}` or `{"...": ...}` in a
+Contract: `find_dict(text, pos=0)` locates the first `{'...': ...}` or `{"...": ...}` in a
 line (after tqdm `\\r` fragments, `[rank3]:` prefixes, timestamps, `> ` quotes)
 and returns (start, end) or None.  `parse_dict(text)` returns the key -> value
 mapping with values converted by `values.to_number` where numeric, else left as
 strings; it never raises.  Used for odd lines the vectorised path skips, for
-eval/summary dicts and for pasted text.
+eval/summary dicts and for pasted text.  `iter_dicts(text)` yields every dict on a
+line (pasted terminals glue several together); `is_train_row(d)` tells a
+training row from eval, summary and data rows.
 """
 from __future__ import annotations
 
@@ -20,8 +22,8 @@ _PAIR = re.compile(
 _START = re.compile(r"""\{\s*['"][A-Za-z_]""")
 
 
-def find_dict(text: str) -> tuple[int, int] | None:
-    m = _START.search(text)
+def find_dict(text: str, pos: int = 0) -> tuple[int, int] | None:
+    m = _START.search(text, pos)
     if not m:
         return None
     start = m.start()
@@ -41,6 +43,33 @@ def parse_dict(text: str) -> dict[str, Any]:
     span = find_dict(text)
     if span is None:
         return {}
+    return _parse_span(text, span)
+
+
+def iter_dicts(text: str):
+    """Every dict on a line, in order: users' terminals glue several log dicts onto one line."""
+    pos = 0
+    while True:
+        span = find_dict(text, pos)
+        if span is None:
+            return
+        d = _parse_span(text, span)
+        if d:
+            yield d
+        pos = span[1]
+
+
+_TRAIN_KEYS = ("loss", "grad_norm")
+
+
+def is_train_row(d: dict[str, Any]) -> bool:
+    """A training log row (ms-swift, HF Trainer, TRL, trainer_state): loss or grad_norm, no eval_ or run-summary keys."""
+    if "train_runtime" in d or any(k.startswith("eval_") for k in d):
+        return False
+    return any(isinstance(d.get(k), (int, float)) for k in _TRAIN_KEYS)
+
+
+def _parse_span(text: str, span: tuple[int, int]) -> dict[str, Any]:
     body = text[span[0] + 1 : span[1] - (1 if text[span[1] - 1 : span[1]] == "}" else 0)]
     out: dict[str, Any] = {}
     for m in _PAIR.finditer(body):

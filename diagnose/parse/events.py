@@ -13,7 +13,8 @@ event (`detail["repeats"]`).
 from __future__ import annotations
 
 import re
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
 
 from diagnose.models import Event
 
@@ -81,38 +82,91 @@ def _exitcode_detail(m: re.Match[str], line: str) -> dict[str, Any]:
     return {"exitcode": int(e.group(1))} if e else {}
 
 
-# (kind, pattern, detail function or None); first match wins per line
-SIGNATURES: list[tuple[str, re.Pattern[str], Any]] = [
-    ("cuda_oom", re.compile(r"CUDA out of memory|(?:torch\.cuda\.|torch\.)?OutOfMemoryError: CUDA|HIP out of memory"), _oom_detail),
-    ("nccl_rtx40", re.compile(r"RTX 4000 series doesn't support faster communication"), None),
-    ("nccl_timeout", re.compile(r"Watchdog caught collective operation timeout|collective operation timeout"), _timeout_detail),
-    ("bus_error", re.compile(
-        r"\bBus error\b|\bSIGBUS\b|exitcode\s*:\s*-7\b|insufficient shared memory|unable to write to file </torch_"
-        r"|unable to (?:open|mmap|allocate) shared memory"), _exitcode_detail),
-    ("host_oom", re.compile(
-        r"^\s*Killed\s*$|exitcode\s*:\s*-9\b|killed by signal: Killed|Signal 9 \(SIGKILL\)|^\s*MemoryError\b"
-        r"|Cannot allocate memory|std::bad_alloc|DefaultCPUAllocator: can't allocate memory"), _exitcode_detail),
-    ("ib_error", re.compile(r"\bibv_\w+ failed|NCCL WARN NET/IB|NET/IB\s*:.*(?:error|failed|unable|Got async event)|IBV? error", re.I), None),
-    ("nccl_error", re.compile(
-        r"DistBackendError|NCCL error|unhandled system error|ncclSystemError|ncclInternalError|ncclRemoteError"
-        r"|NCCL communicator was aborted|NCCL WARN"), None),
-    ("allocator_flush", re.compile(r"pytorch allocator cache flushes"), None),
-    ("nan", re.compile(r"Unexpected result nan|found NaN in local grad norm|Rank \d+: found NaN"), None),
-    ("bad_args", re.compile(r"remaining_argv: \[|ValueError: remaining_argv|^\S+\.py: error: (?:argument|unrecognized arguments|ambiguous option)"), None),
-    ("signal", re.compile(
-        r"Received \d+ death signal|SignalException: Process \d+ got signal|^\s*KeyboardInterrupt\b"
-        r"|Signal (?:1|2|15) \((?:SIGHUP|SIGINT|SIGTERM)\) received|got signal: (?:1|2|15)\b"), _signal_detail),
-    ("child_failed", re.compile(r"ChildFailedError:"), None),
-    ("ddp_inactive", re.compile(r"process group is initialized, but parallel_mode != ParallelMode\.DISTRIBUTED"), None),
-]
+def _stuck_detail(m: re.Match[str], line: str) -> dict[str, Any]:
+    d: dict[str, Any] = {}
+    s = re.search(r"stuck for (\d+) seconds", line)
+    if s:
+        d["stuck_s"] = int(s.group(1))
+    r = re.search(r"Rank (\d+)\]", line)
+    if r:
+        d["rank"] = int(r.group(1))
+    g = re.search(r"PG GUID \d+\((\w+)\)", line)
+    if g:
+        d["group"] = g.group(1)
+    return d
 
-# cheap prefilter: a line without any of these words cannot carry an event
-_PREFILTER = re.compile(
-    r"memory|Killed|exitcode|Signal|signal|NCCL|nccl|ibv_|NET/IB|IB|Bus error|SIGBUS|shared memory|torch_|"
-    r"allocator|nan|remaining_argv|Interrupt|ChildFailed|Error|Traceback|RTX 4000|timeout|bad_alloc|allocate|parallel_mode|error: "
-)
+
+def _dist_timeout_detail(m: re.Match[str], line: str) -> dict[str, Any]:
+    t = re.search(r"(?:timed out after|wait timeout after)\s*(\d+)\s*ms", line)
+    return {"timeout_s": int(t.group(1)) / 1000} if t else {}
+
+
+def _closing_detail(m: re.Match[str], line: str) -> dict[str, Any]:
+    return {"name": m.group(1) or m.group(2)}
+
+
+def _shards_detail(m: re.Match[str], line: str) -> dict[str, Any]:
+    return {"workers": int(m.group(1)), "n_shards": int(m.group(2))}
+
+
+def _index_detail(m: re.Match[str], line: str) -> dict[str, Any]:
+    return {"seconds": float(m.group(1))} if m.lastindex and m.group(1) else {}
+
+
+def _flushes_detail(m: re.Match[str], line: str) -> dict[str, Any]:
+    n = re.search(r"(\d+) pytorch allocator cache flushes", line)
+    return {"flushes": int(n.group(1))} if n else {}
+
+
+_DETAILS: dict[str, Any] = {
+    "none": None, "oom": _oom_detail, "timeout": _timeout_detail, "signal": _signal_detail,
+    "exitcode": _exitcode_detail, "stuck": _stuck_detail, "dist_timeout": _dist_timeout_detail,
+    "closing": _closing_detail, "shards": _shards_detail, "index_build": _index_detail,
+    "flushes": _flushes_detail, "config": None,
+}
+
+
+class Signature(NamedTuple):
+    kind: str
+    pattern: re.Pattern[str]
+    detail: Any  # (match, line) -> dict, or None
+    confidence: str
+    needles: tuple[str, ...]
+    source: str
+    cases: dict[str, list[str]]
+
+
+def load_signatures(path: Path = Path(__file__).with_name("signatures.yaml")) -> list[Signature]:
+    """The signature table (diagnose/parse/signatures.yaml), validated: it is code as data."""
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    out: list[Signature] = []
+    for i, e in enumerate(yaml.load(path.read_text(encoding="utf-8"), Loader=loader)):
+        where = f"{path.name}[{i}] ({e.get('kind')})"
+        if e.get("detail", "none") not in _DETAILS:
+            raise ValueError(f"{where}: unknown detail extractor {e.get('detail')!r}")
+        if e.get("confidence", "certain") not in ("certain", "probable", "weak"):
+            raise ValueError(f"{where}: confidence must be certain, probable or weak")
+        if not e.get("needles") or not e.get("source"):
+            raise ValueError(f"{where}: needs needles and source")
+        flags = re.I if "ignorecase" in str(e.get("flags", "")) else 0
+        out.append(Signature(e["kind"], re.compile(e["pattern"], flags), _DETAILS[e.get("detail", "none")],
+                             e.get("confidence", "certain"), tuple(e["needles"]), e["source"], e.get("cases") or {}))
+    return out
+
+
+SIGNATURE_TABLE: list[Signature] = load_signatures()
+KINDS: tuple[str, ...] = tuple(dict.fromkeys(s.kind for s in SIGNATURE_TABLE))
+# (kind, pattern, detail function or None), first match wins per line - the view attach's follower reads
+SIGNATURES: list[tuple[str, re.Pattern[str], Any]] = [(s.kind, s.pattern, s.detail) for s in SIGNATURE_TABLE]
+
+# cheap prefilter: a line holding none of the needles cannot carry an event (tracebacks are tracked apart)
+_PREFILTER = re.compile("|".join(sorted({re.escape(n) for s in SIGNATURE_TABLE for n in s.needles}, key=len, reverse=True)),
+                        re.I)
 _EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure|Warning)?)(?::\s?(.*))?$")
-_FRAME = re.compile(r"^\s+|^\s*File \"|^\s*\^+\s*$|^During handling|^The above exception|^\s*$")
+_FRAME = re.compile(r"^\s+|^\s*File \"|^\s*\^+\s*$|^During handling|^The above exception|^\s*$|^\s*\[Previous line repeated")
+_FRAME_AT = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
 
 
 class EventScanner:
@@ -123,6 +177,8 @@ class EventScanner:
         self._in_tb = False
         self._tb_start = 0
         self._lines_with_event: set[int] = set()
+        self._frames: list[dict[str, Any]] = []
+        self._last_frame_line = 0
 
     def _add(self, kind: str, lineno: int, text: str, detail: dict[str, Any] | None = None) -> None:
         text = text.strip()[:500]
@@ -139,12 +195,13 @@ class EventScanner:
 
     def feed(self, lineno: int, line: str) -> None:
         if _PREFILTER.search(line):
-            for kind, pat, fn in SIGNATURES:
-                m = pat.search(line)
+            for sig in SIGNATURE_TABLE:
+                m = sig.pattern.search(line)
                 if m:
-                    if kind == "nan" and "nan" not in line.lower():
-                        continue
-                    self._add(kind, lineno, line, fn(m, line) if fn else None)
+                    detail = sig.detail(m, line) if sig.detail else {}
+                    if sig.confidence != "certain":
+                        detail["confidence"] = sig.confidence
+                    self._add(sig.kind, lineno, line, detail)
                     break
         self._traceback(lineno, line)
 
@@ -152,15 +209,39 @@ class EventScanner:
         if "Traceback (most recent call last)" in line:
             self._in_tb = True
             self._tb_start = lineno
+            self._frames = []
+            return
+        fm = _FRAME_AT.match(line)
+        if fm:
+            if not self._in_tb:  # a paste that starts inside a traceback: its frames count all the same
+                self._in_tb, self._tb_start, self._frames = True, lineno, []
+            self._frames.append({"file": fm.group(1), "line": int(fm.group(2)), "func": fm.group(3), "at": lineno})
+            self._last_frame_line = lineno
             return
         if not self._in_tb:
             return
         if _FRAME.match(line):
             return
         m = _EXC_LINE.match(line.strip())
-        self._in_tb = False
         if not m:
+            if not self._frames or lineno - self._last_frame_line > 3:  # the traceback is over, its end not printed
+                self._cut()
             return
+        self._in_tb = False
         if lineno in self._lines_with_event:
             return
-        self._add("traceback", lineno, line.strip(), {"exception": m.group(1), "traceback_line": self._tb_start})
+        self._add("traceback", lineno, line.strip(), {"exception": m.group(1), "traceback_line": self._tb_start,
+                                                      "frames": self._frames[-4:]})
+
+    def _cut(self) -> None:
+        """A traceback whose exception line never came (the excerpt or the capture ends inside it)."""
+        self._in_tb = False
+        if self._frames:
+            last = self._frames[-1]
+            self._add("traceback_cut", last["at"], f'File "{last["file"]}", line {last["line"]}, in {last["func"]}',
+                      {"frames": self._frames[-4:], "traceback_line": self._tb_start, "confidence": "probable"})
+
+    def finish(self) -> None:
+        """End of input: a traceback still open was cut."""
+        if self._in_tb:
+            self._cut()

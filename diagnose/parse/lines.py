@@ -17,13 +17,11 @@ from typing import Any
 
 from diagnose.models import DatasetStats, ModelInfo, Run
 from diagnose.parse.args import parse_args_body, parse_run_sh
-from diagnose.parse.dicts import parse_dict
+from diagnose.parse.dicts import is_train_row, iter_dicts
+from diagnose.parse.prefix import strip_paste
 from diagnose.parse.values import to_number
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-_QUOTE = re.compile(r"^(?:\s{0,3}>\s?)+")
-_RANK = re.compile(r"^\[(?:rank|RANK)\s*\d+\]:\s?")
-_STAMP = re.compile(r"^\s*\[?\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\]?\s*(?:-\s*)?(?:\w+\s*-\s*)?")
 
 DATASET = re.compile(
     # the ± may arrive mangled from GBK / latin-1 captures: accept any 1-3 non-digit characters
@@ -37,10 +35,7 @@ VERSION = re.compile(r"swift\.__version__: (\d+\.\d+\.\d+(?:\.?(?:post|dev|rc)\d
 SETTING = re.compile(r"Setting args\.(\w+): (.+?)(?: because .*)?$")
 ENV_SET_1 = re.compile(r"Setting (\w+): ([^.\s]+(?:\.\d+)?)\. You can adjust this hyperparameter through the environment variable: `(\w+)`")
 ENV_SET_2 = re.compile(r"Using environment variable `(\w+)`, Setting (\w+): (\S+?)\.?$")
-MAP_BAR = re.compile(r"(Map|Filter|Running tokenizer[^:]*)(?: \(num_proc=(\d+)\))?:\s*(\d+)%\|.*?\|\s*(\d+)/(\d+) \[[^\]]*?,\s*([\d.]+)\s*(examples|ex|it)/s\]")
-TRAIN_BAR = re.compile(r"Train:\s*(\d+)%\|.*?\|\s*(\d+)/(\d+) \[")
 MEGATRON = re.compile(r"iteration\s+(\d+)/\s*(\d+)\s*\|")
-ITER_SPEED_IN_LINE = re.compile(r"(\d+)/(\d+) \[[^\]]*?([\d.]+)(s/it|it/s)\]")
 
 
 def normalize(raw: str) -> str:
@@ -50,11 +45,38 @@ def normalize(raw: str) -> str:
     if "\r" in s:
         frags = [f for f in s.split("\r") if f.strip()]
         s = frags[-1] if frags else ""
-    s = _QUOTE.sub("", s)
-    s = _RANK.sub("", s)
-    if s[:1].isdigit() or s[:2] == "[2":
-        s = _STAMP.sub("", s, count=1)
-    return s.rstrip("\n")
+    return strip_paste(s)[0].rstrip("\n")
+
+
+# tqdm: '{desc}: {pct}%|{bar}| {n}/{total} [{elapsed}<{remaining}, {rate}{unit}]' (rate '?' while unknown)
+BAR = re.compile(
+    r"(?P<desc>[A-Za-z][^|\r%]*?)?:?\s*(?P<pct>\d+)%\|[^|]*\|\s*(?P<done>\d+)/(?P<total>\d+)\s*"
+    r"\[(?P<elapsed>[\d:]+)<(?P<remaining>[\d:?]+),\s*(?P<rate>[\d.]+|\?)\s*(?P<unit>s/it|it/s|[A-Za-z]+/s)"
+)
+_PREPROCESS_BAR = re.compile(r"^(?:Map|Filter|Running tokenizer|Tokeniz|Generating|Converting|Packing|Grouping|Preprocess|Encod)", re.I)
+_EVAL_BAR = re.compile(r"^(?:Val|Eval|eval|Evaluat|Predict|Test)")
+_OTHER_BAR = re.compile(r"^(?:Loading|Downloading|Fetching|Saving|Uploading|Merging)", re.I)
+_JSON_KV = re.compile(r'^\s*"([^"]{1,80})":\s*(-?[\d.]+(?:[eE][-+]?\d+)?|NaN|-?Infinity|null|true|false|"[^"]*")\s*,?\s*$')
+_TRAINER_HINTS = (
+    ("ms-swift", ("[INFO:swift]", "[WARNING:swift]", "/swift/", "swift.__version__", "swift sft", "swift rlhf", "swift pt ")),
+    ("megatron", ("megatron/", "megatron sft", "megatron rlhf", " iteration ", "Megatron")),
+    ("llama-factory", ("llamafactory", "LLaMA-Factory", "llamafactory-cli")),
+    ("deepspeed", ("[stage3.py", "deepspeed/", "DeepSpeed")),
+    ("trl", ("/trl/", "GRPOTrainer", "DPOTrainer")),
+    ("hf-trainer", ("transformers/trainer.py", "***** train metrics *****", "***** Running training *****")),
+)
+
+
+def _clock_s(text: str) -> float | None:
+    """tqdm's '1:22:56' / '47:23' / '227:39:40' as seconds; None for '?'."""
+    if not text or "?" in text:
+        return None
+    total = 0.0
+    for part in text.split(":"):
+        if not part.isdigit():
+            return None
+        total = total * 60 + int(part)
+    return total
 
 
 class InfoScanner:
@@ -69,6 +91,10 @@ class InfoScanner:
         self.checkpoints: list[dict[str, Any]] = []
         self.layout_keys: list[list[str]] = []
         self.clues: dict[str, Any] = {}
+        self.step_dicts: list[tuple[int, dict[str, Any]]] = []  # training rows read from text lines (JSON, HF, pretty)
+        self.trainer_hints: dict[str, int] = {}
+        self._pretty: dict[str, Any] | None = None  # a pretty-printed JSON object being read (trainer_state.json)
+        self._pretty_line = 0
 
     # --- args dump (multi-line) -------------------------------------------------
     def _args_feed(self, lineno: int, s: str) -> bool:
@@ -108,8 +134,14 @@ class InfoScanner:
         s = normalize(raw)
         if not s.strip():
             return
+        if self._pretty_feed(lineno, s):
+            return
+        for name, needles in _TRAINER_HINTS:
+            if any(n in s for n in needles):
+                self.trainer_hints[name] = self.trainer_hints.get(name, 0) + 1
         run = self.run
         if "run sh: `" in s:
+            run.header_line = run.header_line or lineno
             parsed = parse_run_sh(s)
             if parsed:
                 run.recognized = True
@@ -131,11 +163,13 @@ class InfoScanner:
             m = VERSION.search(s)
             if m:
                 run.recognized = True
+                run.header_line = run.header_line or lineno
                 self.clues["version_line"] = m.group(1)
                 return
             idx = s.find("args: ")
             if idx >= 0 and "Arguments(" in s[idx:]:
                 run.recognized = True
+                run.header_line = run.header_line or lineno
                 rest = s[idx + 6 :].strip()
                 cls = rest.split("(", 1)[0]
                 if rest.endswith(")") and len(rest) > len(cls) + 2:  # single-line repr (2.x, Megatron)
@@ -215,6 +249,7 @@ class InfoScanner:
             return
         if "Start time of running main" in s:
             run.recognized = True
+            run.header_line = run.header_line or lineno
             return
         if "Saving model checkpoint to " in s or "last_model_checkpoint: " in s:
             path = re.split(r"Saving model checkpoint to |last_model_checkpoint: ", s)[-1].strip()
@@ -235,19 +270,62 @@ class InfoScanner:
             self._bars(lineno, raw)
 
     def _dict_line(self, lineno: int, s: str) -> bool:
-        d = parse_dict(s)
-        if not d:
-            return False
+        found = False
+        for d in iter_dicts(s):
+            found = True
+            if is_train_row(d):
+                self.step_dicts.append((lineno, d))
+            else:
+                self.other_dict(lineno, d)
+        return found
+
+    def other_dict(self, lineno: int, d: dict[str, Any]) -> None:
+        """A dict that is not a training row: the run summary or an eval row (anything else is data)."""
         run = self.run
         if "train_runtime" in d:
             run.summary = d
             run.ended = True
-            return True
-        if any(k.startswith("eval_") for k in d):
+        elif any(k.startswith("eval_") for k in d):
             d["_line"] = lineno
             run.evals.append(d)
+
+    # --- pretty-printed JSON objects (trainer_state.json log_history pasted) -----
+    def _pretty_feed(self, lineno: int, s: str) -> bool:
+        t = s.strip()
+        if t in ("{", "[", "[{"):
+            self._pretty_flush()
+            self._pretty, self._pretty_line = {}, lineno
             return True
-        return False
+        if t in ("}", "},", "}]", "]", "},{", "}, {"):
+            self._pretty_flush()
+            if t in ("},{", "}, {"):
+                self._pretty, self._pretty_line = {}, lineno
+            return True
+        if '"' not in t[:2]:
+            return False
+        m = _JSON_KV.match(t)
+        if not m:
+            return False
+        if self._pretty is None:  # the paste began inside an object
+            self._pretty, self._pretty_line = {}, lineno
+        import json
+
+        try:
+            self._pretty[m.group(1)] = json.loads(m.group(2))
+        except ValueError:
+            return False
+        return True
+
+    def _pretty_flush(self) -> None:
+        d, self._pretty = self._pretty, None
+        if d and is_train_row(d):
+            self.step_dicts.append((self._pretty_line, d))
+        elif d:
+            self.other_dict(self._pretty_line, d)
+
+    def finish(self) -> None:
+        """End of input: an object still open is kept as far as it was read."""
+        self._pretty_flush()
 
     def _megatron(self, lineno: int, s: str, m: re.Match[str]) -> None:
         row: dict[str, Any] = {"_line": lineno, "step": int(m.group(1)), "max_steps": int(m.group(2))}
@@ -262,21 +340,31 @@ class InfoScanner:
     def _bars(self, lineno: int, raw: str) -> None:
         frags = [f for f in _ANSI.sub("", raw).split("\r") if f.strip()]
         for frag in reversed(frags):
-            m = MAP_BAR.search(frag)
-            if m:
+            m = BAR.search(strip_paste(frag)[0])
+            if not m:
+                continue
+            desc = (m.group("desc") or "").strip()
+            done, total = int(m.group("done")), int(m.group("total"))
+            rate = None if m.group("rate") == "?" else float(m.group("rate"))
+            unit = m.group("unit")
+            if _PREPROCESS_BAR.match(desc):
+                np_ = re.search(r"num_proc=(\d+)", desc)
+                per_s = rate if rate is None or unit != "s/it" else (1 / rate if rate else None)
                 self.map_rates.append({
-                    "what": m.group(1), "num_proc": int(m.group(2)) if m.group(2) else 1, "done": int(m.group(4)),
-                    "total": int(m.group(5)), "rate_per_s": float(m.group(6)), "line": lineno,
+                    "what": re.sub(r"\s*\(num_proc=\d+\)", "", desc), "num_proc": int(np_.group(1)) if np_ else 1,
+                    "done": done, "total": total, "rate_per_s": per_s, "unit": unit, "line": lineno,
+                    "elapsed_s": _clock_s(m.group("elapsed")), "remaining_s": _clock_s(m.group("remaining")),
                 })
                 return
-            m = TRAIN_BAR.search(frag)
-            if m:
-                self.progress = {"step": int(m.group(2)), "total": int(m.group(3)), "line": lineno}
-                sp = ITER_SPEED_IN_LINE.search(frag)
-                if sp:
-                    v = float(sp.group(3))
-                    self.progress["s_per_it"] = v if sp.group(4) == "s/it" else (1 / v if v else None)
+            if _EVAL_BAR.match(desc) or _OTHER_BAR.match(desc):
                 return
+            if unit not in ("s/it", "it/s"):
+                return
+            self.progress = {"step": done, "total": total, "line": lineno, "desc": desc or None,
+                             "elapsed_s": _clock_s(m.group("elapsed")), "remaining_s": _clock_s(m.group("remaining"))}
+            if rate:
+                self.progress["s_per_it"] = rate if unit == "s/it" else 1 / rate
+            return
 
 
 __all__ = ["InfoScanner", "normalize"]

@@ -19,11 +19,12 @@ import numpy as np
 
 from diagnose.models import DatasetStats, Event, ModelInfo, Run, StepsTable
 from diagnose.parse.args import load_args_json
-from diagnose.parse.dicts import find_dict, parse_dict
+from diagnose.parse.dicts import find_dict, is_train_row, iter_dicts, parse_dict
 from diagnose.parse.events import EventScanner
 from diagnose.parse.fastdict import BlockScan
 from diagnose.parse.blockscan import scan_blocks
 from diagnose.parse.lines import DATASET, PARAMS, InfoScanner
+from diagnose.parse.prefix import is_fence, strip_paste
 from diagnose.parse.sources import check_not_binary, resolve_inputs
 from diagnose.parse.steps import StepRows
 from diagnose.parse.versions import detect_version
@@ -78,10 +79,17 @@ def _scan_stdout(name: str, source: bytes | Path, run: Run) -> _StdoutResult:
             if i in odd:
                 _odd_dict(res, text, block, starts, ends, i, lineno)
                 continue
+            body, _rank = strip_paste(text)
+            if is_fence(body):
+                continue
             res.info.feed(lineno, text)
-            res.events.feed(lineno, _strip_prefix(text))
+            res.events.feed(lineno, body)
         base += scan.n_lines
     res.lines = base
+    res.info.finish()
+    res.events.finish()
+    for lineno, d in res.info.step_dicts:
+        res.rows.add_dict(d, lineno)
     return res
 
 
@@ -111,15 +119,6 @@ def _decode(raw: bytes) -> str:
         return raw.decode("latin-1")
 
 
-_PREFIX = re.compile(r"^(?:\s{0,3}>\s?)*(?:\[(?:rank|RANK)\s*\d+\]:\s?)?")
-
-
-def _strip_prefix(text: str) -> str:
-    if "\x1b" in text:
-        text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
-    return _PREFIX.sub("", text, count=1)
-
-
 def _odd_dict(res: _StdoutResult, text: str, block: bytes, starts, ends, i: int, lineno: int) -> None:
     span = find_dict(text)
     if span and not text[: span[1]].rstrip().endswith("}"):
@@ -127,15 +126,17 @@ def _odd_dict(res: _StdoutResult, text: str, block: bytes, starts, ends, i: int,
         joined = text
         for j in range(i + 1, min(i + 5, len(starts))):
             nxt = block[starts[j] : ends[j]].decode("utf-8", "replace")
-            joined += " " + _strip_prefix(nxt).strip()
+            joined += strip_paste(nxt)[0].strip()
             if "}" in nxt:
                 break
         text = joined
         if "}" not in text[span[0] :]:
             res.info.run.notes.append(f"line {lineno}: training dict cut off (truncated line?), values kept as far as read")
-    d = parse_dict(text)
-    if d:
-        res.rows.add_dict(d, lineno)
+    for d in iter_dicts(text):  # several dicts glued on one line (a terminal copy without newlines)
+        if is_train_row(d):
+            res.rows.add_dict(d, lineno)
+        else:
+            res.info.other_dict(lineno, d)
 
 
 def _apply_jsonl(path: Path, run: Run, clues: dict[str, Any]) -> StepRows:
@@ -232,9 +233,11 @@ def parse_run(inputs: list[str], stdin: bytes | None = None) -> Run:
     clues: dict[str, Any] = {"files": sorted(src.file_names)}
     best: _StdoutResult | None = None
     events: list[Event] = []
+    results: list[_StdoutResult] = []
     total = 0
     for name, source in src.stdout:
         res = _scan_stdout(name, source, run)
+        results.append(res)
         total += res.lines
         events.extend(res.events.events)
         clues.update(res.info.clues)
@@ -282,21 +285,39 @@ def parse_run(inputs: list[str], stdin: bytes | None = None) -> Run:
     clues["argv_flags"] = list(run.launch.flags) if run.launch.argv else []
     if layouts and any(any(k in keys for k in _SWIFT_KEYS) for keys in layouts):
         run.recognized = True
+    hints: dict[str, int] = {}
+    for r in results:
+        for k, v in r.info.trainer_hints.items():
+            hints[k] = hints.get(k, 0) + v
+    if hints.get("ms-swift"):
+        run.recognized = True
     run.swift_version, run.version_clue = detect_version(clues) if run.recognized else (None, None)
-    if run.recognized:
-        run.trainer = "ms-swift-megatron" if clues.get("megatron") or (run.launch.command or "").startswith("megatron") else "ms-swift"
-    elif len(table):
-        run.trainer = "hf-trainer"
-        run.notes.append("not an ms-swift log: HF Trainer-style dicts read partially (no step numbers or speed keys)")
+    run.trainer = _trainer(run, clues, hints, table)
+    if run.trainer == "hf-trainer" and len(table) and not table.has("step"):
+        run.notes.append("not an ms-swift log: HF Trainer-style dicts read (no step numbers or speed keys)")
     events.extend(_nan_event(run))
     run.events = sorted(events, key=lambda e: (e.file != run.line_file, e.line))
-    if events and not run.recognized:
-        run.recognized = any(e.kind in ("cuda_oom", "nccl_timeout", "nccl_error", "nccl_rtx40", "bus_error",
-                                        "bad_args", "host_oom", "child_failed") for e in events)
     _world_size(run)
     if isinstance(run.launch.flags.get("output_dir"), str) and not run.output_dir:
         run.output_dir = run.launch.flags["output_dir"]
     return run
+
+
+def _trainer(run: Run, clues: dict[str, Any], hints: dict[str, int], table: StepsTable) -> str:
+    """Which trainer printed the text: it decides the dialect of a fix, never whether to diagnose."""
+    megatron = bool(clues.get("megatron")) or (run.launch.command or "").startswith("megatron") or bool(hints.get("megatron"))
+    if run.recognized:
+        return "ms-swift-megatron" if megatron else "ms-swift"
+    if megatron:
+        return "megatron-lm"
+    for name in ("llama-factory", "trl"):
+        if hints.get(name):
+            return name
+    if len(table) or hints.get("hf-trainer"):
+        return "hf-trainer"
+    if hints.get("deepspeed"):
+        return "deepspeed"
+    return "unknown"
 
 
 def _start_step(run: Run) -> float:

@@ -22,6 +22,7 @@ STEP_KEYS: dict[str, str] = {
     "memory(GiB)": "memory_gib",
     "epoch": "epoch",
     "global_step": "step",  # 2.x PrinterCallbackNew form (an int)
+    "step": "step",  # trainer_state.json log_history rows
 }
 SPEED_KEYS = {"train_speed(iter/s)": "iter/s", "train_speed(s/it)": "s/it"}
 PAIR_KEYS = ("global_step/max_steps", "iteration")  # "N/M" strings
