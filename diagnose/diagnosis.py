@@ -6,7 +6,10 @@ highest rule priority; `info` findings never become the primary verdict.  With
 no warning/error finding the verdict is `healthy` when training steps were
 logged (with throughput and MFU when computable), else `unknown`.
 Remedies of all findings are merged: the first finding to touch a flag or env
-var wins and the later conflicting op is reported in `dropped`.
+var wins and the later conflicting op is reported in `dropped`.  Remedies are
+put in the dialect of the trainer that printed the text (`in_trainer_dialect`).
+The verdict carries a confidence: certain (the category's own signature), probable
+(inferred, or an excerpt read as far as it goes), weak (thin evidence).
 """
 from __future__ import annotations
 
@@ -89,7 +92,47 @@ def healthy_summary(feats: dict[str, Any]) -> str:
     return "No problem found; training runs steadily" + tail + "."
 
 
+# transformers.TrainingArguments fields: the same flag in ms-swift, HF Trainer scripts, LLaMA-Factory and TRL
+HF_TRAINING_ARGS = frozenset({
+    "per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps", "gradient_checkpointing",
+    "learning_rate", "warmup_ratio", "warmup_steps", "weight_decay", "max_grad_norm", "num_train_epochs", "max_steps",
+    "lr_scheduler_type", "logging_steps", "save_steps", "eval_steps", "save_strategy", "eval_strategy", "bf16", "fp16",
+    "dataloader_num_workers", "dataloader_persistent_workers", "dataloader_prefetch_factor", "dataloader_pin_memory",
+    "logging_nan_inf_filter", "ddp_timeout", "torch_compile", "optim", "resume_from_checkpoint", "report_to",
+    "deepspeed", "fsdp", "group_by_length", "seed",
+})
+_SWIFT = ("ms-swift", "ms-swift-megatron")
+
+
+def in_trainer_dialect(findings: list[Finding], trainer: str) -> list[Finding]:
+    """Remedies in the flags of the trainer that printed the text, else as advice.
+
+    ms-swift's flags stay flags for ms-swift logs (and for text whose trainer is
+    unknown).  For HF Trainer, LLaMA-Factory and TRL, a flag that is a
+    TrainingArguments field is theirs too; any other flag operation (ms-swift's own
+    concepts) becomes advice that names the ms-swift flag, since the user's script
+    cannot take it as is.
+    """
+    if trainer in _SWIFT or trainer == "unknown":
+        return findings
+    out = []
+    for f in findings:
+        rems = []
+        for r in f.remedies:
+            flags = [op.flag for op in r.ops if op.op != "set_env"]
+            if r.effect == "advice" or all(fl in HF_TRAINING_ARGS for fl in flags if fl):
+                rems.append(r)
+                continue
+            said = ", ".join(f"--{op.flag} {op.value}" if op.value is not None else f"--{op.flag}"
+                             for op in r.ops if op.flag)
+            note = f"ms-swift's flag: {said}; {trainer} has no flag of that name - use its equivalent setting"
+            rems.append(r.model_copy(update={"effect": "advice", "ops": [], "note": (r.note + "; " if r.note else "") + note}))
+        out.append(f.model_copy(update={"remedies": rems}))
+    return out
+
+
 def build_diagnosis(findings: list[Finding], skipped: list[Skipped], features: Features, run: Run) -> Diagnosis:
+    findings = in_trainer_dialect(findings, run.trainer)
     ranked = sorted(findings, key=lambda f: (-_SEV[f.severity], -f.priority, f.rule))
     serious = [f for f in ranked if f.severity in ("error", "warning")]
     feats = features.values

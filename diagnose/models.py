@@ -156,6 +156,8 @@ class Run(BaseModel):
     notes: list[str] = Field(default_factory=list)
     preprocess: list[dict[str, Any]] = Field(default_factory=list)  # tqdm Map/Filter rates seen
     progress: dict[str, Any] | None = None  # last training progress bar (step/total)
+    timers: list[dict[str, Any]] = Field(default_factory=list)  # DeepSpeed wall_clock_breakdown rows: {line, name: ms}
+    iter_times: list[dict[str, Any]] = Field(default_factory=list)  # per-iteration {line, time_s, data_time_s} (mmengine, YOLOX...)
     checkpoints: list[dict[str, Any]] = Field(default_factory=list)  # saves seen: {path, step, line}
     total_lines: int = 0
     header_line: int | None = None  # first line that shows the start of the run (launch echo, start marker, args dump)

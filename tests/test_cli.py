@@ -102,10 +102,11 @@ def test_process_substitution_pipe_is_read_whole():
 
 def test_analyze_json_contract():
     out = json.loads(swiftdoc("analyze", str(ROOT / "fixtures" / "synthetic_3x_early_oom"), "--format", "json").stdout)
-    assert out["schema_version"] == 1
-    assert set(out["primary"]) == {"category", "rule", "severity", "summary"}
+    assert out["schema_version"] == 2
+    assert set(out["primary"]) == {"category", "rule", "severity", "summary", "confidence", "missing"}
+    assert out["primary"]["confidence"] == "certain"  # the OOM message itself is in the log
     f = out["findings"][0]
-    for k in ("rule", "category", "severity", "summary", "evidence", "lines", "remedies"):
+    for k in ("rule", "category", "severity", "confidence", "summary", "evidence", "lines", "remedies"):
         assert k in f
     assert f["lines"] and all(isinstance(x, int) for x in f["lines"])
     assert {"title", "effect", "ops"} <= set(f["remedies"][0])

@@ -11,7 +11,7 @@ FAMILY = "events"
 KINDS = tuple(SIGNATURE_KINDS) + ("traceback", "traceback_cut", "nan")
 # kinds that say something stopped the run (the others are warnings, consequences or context)
 _NOT_STOPPING = {"nan", "allocator_flush", "traceback", "traceback_cut", "ddp_inactive", "closing_signal", "index_build",
-                 "shards_one", "dns_fail", "argv_backslash"}
+                 "shards_one", "dns_fail", "argv_backslash", "nccl_info", "dataset_error"}
 
 
 def _events(ctx: Ctx, kind: str):
@@ -34,6 +34,12 @@ for _k in KINDS:
 @feature("error_event_count", "count", "Events that stop a run (not warnings, consequences such as the launcher's closing signals, or tracebacks).", FAMILY)
 def _errors(ctx: Ctx):
     return sum(1 for e in ctx.run.events if e.kind not in _NOT_STOPPING)
+
+
+@feature("cause_event_count", "count",
+         "Stopping events that name a cause (OOM, NCCL, signal, ...): not the launcher's report that a worker failed.", FAMILY)
+def _causes(ctx: Ctx):
+    return sum(1 for e in ctx.run.events if e.kind not in _NOT_STOPPING and e.kind not in ("worker_failed", "child_failed"))
 
 
 @feature("fatal_traceback", "text",
@@ -65,7 +71,8 @@ def _phase_at(ctx: Ctx, line: int) -> str:
     t = run.steps
     before = t["line"][t["line"] < line] if len(t) else []
     if len(before) == 0:
-        return "before_step_1"
+        # an excerpt without steps does not show whether training had started
+        return "before_step_1" if run.header_line is not None else "not_shown"
     last_step_line = float(before[-1])
     ev_lines = [e.get("_line") for e in run.evals if isinstance(e.get("_line"), int)]
     if any(last_step_line < el < line for el in ev_lines):
@@ -78,7 +85,7 @@ def _phase_at(ctx: Ctx, line: int) -> str:
     return "mid_run"
 
 
-@feature("oom_phase", "enum", "Where the first CUDA OOM happened: before_step_1, first_step, mid_run, eval or save.", FAMILY)
+@feature("oom_phase", "enum", "Where the first CUDA OOM happened: before_step_1, first_step, mid_run, eval, save, or not_shown (an excerpt without the start or any step).", FAMILY)
 def _oom_phase(ctx: Ctx):
     evs = _events(ctx, "cuda_oom")
     if not evs:
@@ -99,14 +106,14 @@ def _ended(ctx: Ctx):
     return bool(ctx.run.ended)
 
 
-@feature("stop_phase", "enum", "Where an unfinished run stopped: before_step_1, first_100_steps, mid_run or at_save.", FAMILY)
+@feature("stop_phase", "enum", "Where an unfinished run stopped: before_step_1, first_100_steps, mid_run, at_save, or not_shown (an excerpt).", FAMILY)
 def _stop_phase(ctx: Ctx):
     run = ctx.run
     if run.ended:
         return None
     t = run.steps
     if not len(t):
-        return "before_step_1"
+        return "before_step_1" if run.header_line is not None else "not_shown"
     last_line = int(t["line"][-1])
     if any(c.get("line") and c["line"] > last_line for c in run.checkpoints):
         return "at_save", [last_line]

@@ -269,3 +269,39 @@ def _taf(ctx: Ctx):
 def _tal(ctx: Ctx):
     f, fl = _finite(ctx, "token_acc")
     return (float(f[-1]), [int(fl[-1])]) if len(f) else None
+
+
+@feature("data_time_frac", "fraction",
+         "Median share of an iteration spent waiting for data, from logs that print both (mmengine/YOLOX "
+         "'time: X data_time: Y'); the first 3 iterations are warm-up and dropped when there are 7 or more.", FAMILY)
+def _dtf(ctx: Ctx):
+    rows = [r for r in ctx.run.iter_times if r["time_s"] > 0]
+    if len(rows) >= 7:
+        rows = rows[3:]
+    if len(rows) < 2:
+        return None
+    fr = [min(1.0, r["data_time_s"] / r["time_s"]) for r in rows]
+    return float(np.median(fr)), [rows[0]["line"], rows[-1]["line"]]
+
+
+def _ms(row: dict, *names: str) -> float | None:
+    for n in names:
+        if n in row:
+            return float(row[n])
+    return None
+
+
+@feature("optimizer_step_frac", "fraction",
+         "Share of forward + backward + optimizer step time spent in the optimizer step, from DeepSpeed's "
+         "wall_clock_breakdown timers (median over the rows that have all three).", FAMILY)
+def _osf(ctx: Ctx):
+    fr, lines = [], []
+    for r in ctx.run.timers:
+        f, b, s = _ms(r, "forward", "forward_microstep"), _ms(r, "backward", "backward_microstep"), _ms(r, "step", "step_microstep")
+        if f is None or b is None or s is None or f + b + s <= 0:
+            continue
+        fr.append(s / (f + b + s))
+        lines.append(r["line"])
+    if not fr:
+        return None
+    return float(np.median(fr)), lines[:3]

@@ -2,11 +2,13 @@
 
 Contract: `EventScanner.feed(lineno, text)` is called for every non-step line in
 order; `EventScanner.events` then holds `Event`s with 1-based line numbers.
-Kinds: cuda_oom, host_oom, nccl_timeout, nccl_error, nccl_rtx40, ib_error, nan,
-bus_error, allocator_flush, child_failed, signal, bad_args, ddp_inactive (several
-processes but transformers did not turn DDP on), traceback.  A Python
-traceback whose final exception line carries a specific kind is reported only as
-that kind; any other traceback becomes `traceback` at its exception line.
+Kinds: every `kind` of the signature table (`signatures.yaml`, loaded and
+validated here: pattern, needles for the cheap prefilter, detail extractor,
+confidence, the emitting source and line cases), plus `traceback` (an exception
+line no signature claims, also when the paste kept only that line) and
+`traceback_cut` (a traceback whose exception line is not in the text: the
+excerpt ends inside it).  A Python traceback whose final exception line carries a
+specific kind is reported only as that kind.  Call `finish()` at the end of input.
 Repeats of the same (kind, text) - one per rank - are folded into the first
 event (`detail["repeats"]`).
 """
@@ -134,6 +136,8 @@ class Signature(NamedTuple):
     needles: tuple[str, ...]
     source: str
     cases: dict[str, list[str]]
+    fold_kind: bool = False  # every line of this kind folds into its first event (chatty logs such as NCCL INFO)
+    in_source: bool = False  # may match a traceback's source-code line (the message printed as code, not as output)
 
 
 def load_signatures(path: Path = Path(__file__).with_name("signatures.yaml")) -> list[Signature]:
@@ -152,7 +156,8 @@ def load_signatures(path: Path = Path(__file__).with_name("signatures.yaml")) ->
             raise ValueError(f"{where}: needs needles and source")
         flags = re.I if "ignorecase" in str(e.get("flags", "")) else 0
         out.append(Signature(e["kind"], re.compile(e["pattern"], flags), _DETAILS[e.get("detail", "none")],
-                             e.get("confidence", "certain"), tuple(e["needles"]), e["source"], e.get("cases") or {}))
+                             e.get("confidence", "certain"), tuple(e["needles"]), e["source"], e.get("cases") or {},
+                             e.get("fold") == "kind", bool(e.get("in_source", False))))
     return out
 
 
@@ -166,7 +171,9 @@ _PREFILTER = re.compile("|".join(sorted({re.escape(n) for s in SIGNATURE_TABLE f
                         re.I)
 _EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure|Warning)?)(?::\s?(.*))?$")
 _FRAME = re.compile(r"^\s+|^\s*File \"|^\s*\^+\s*$|^During handling|^The above exception|^\s*$|^\s*\[Previous line repeated")
-_FRAME_AT = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
+_FRAME_AT = re.compile(r'^\s*(?:File ")?([^"\s]*\.py|<[^>]+>)", line (\d+), in (\S+)')
+# an exception line printed on its own (the paste kept only the last line of a traceback)
+_BARE_EXC = re.compile(r"^(?:[a-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Interrupt)(?::\s.*)?$")
 
 
 class EventScanner:
@@ -180,9 +187,9 @@ class EventScanner:
         self._frames: list[dict[str, Any]] = []
         self._last_frame_line = 0
 
-    def _add(self, kind: str, lineno: int, text: str, detail: dict[str, Any] | None = None) -> None:
+    def _add(self, kind: str, lineno: int, text: str, detail: dict[str, Any] | None = None, fold_kind: bool = False) -> None:
         text = text.strip()[:500]
-        key = (kind, re.sub(r"\d+", "#", text)[:200])
+        key = (kind, "") if fold_kind else (kind, re.sub(r"\d+", "#", text)[:200])
         prev = self._seen.get(key)
         if prev is not None:
             prev.detail["repeats"] = prev.detail.get("repeats", 1) + 1
@@ -195,13 +202,18 @@ class EventScanner:
 
     def feed(self, lineno: int, line: str) -> None:
         if _PREFILTER.search(line):
+            # inside a traceback an indented line is source code ('raise ValueError("DeepSpeed is not ...")'):
+            # the message it quotes is not what happened, the exception line below it is
+            code = self._in_tb and line[:1] in (" ", "\t") and not _FRAME_AT.match(line)
             for sig in SIGNATURE_TABLE:
+                if code and not sig.in_source:
+                    continue
                 m = sig.pattern.search(line)
                 if m:
                     detail = sig.detail(m, line) if sig.detail else {}
                     if sig.confidence != "certain":
                         detail["confidence"] = sig.confidence
-                    self._add(sig.kind, lineno, line, detail)
+                    self._add(sig.kind, lineno, line, detail, sig.fold_kind)
                     break
         self._traceback(lineno, line)
 
@@ -219,6 +231,10 @@ class EventScanner:
             self._last_frame_line = lineno
             return
         if not self._in_tb:
+            if _BARE_EXC.match(line) and lineno not in self._lines_with_event:
+                exc = line.split(":", 1)[0].strip()
+                self._add("traceback", lineno, line.strip(), {"exception": exc, "traceback_line": None, "frames": [],
+                                                              "standalone": True})
             return
         if _FRAME.match(line):
             return
@@ -240,6 +256,9 @@ class EventScanner:
             last = self._frames[-1]
             self._add("traceback_cut", last["at"], f'File "{last["file"]}", line {last["line"]}, in {last["func"]}',
                       {"frames": self._frames[-4:], "traceback_line": self._tb_start, "confidence": "probable"})
+        else:
+            self._add("traceback_cut", self._tb_start, "Traceback (most recent call last): (cut before its first frame)",
+                      {"frames": [], "traceback_line": self._tb_start, "confidence": "probable"})
 
     def finish(self) -> None:
         """End of input: a traceback still open was cut."""

@@ -70,10 +70,20 @@ def scan_block(block: bytes, quote: bytes = b"'", line_start_only: bool = False)
         starts, line_of = starts[keep], line_of[keep]
         if len(starts) == 0:
             return res
+    glued = np.zeros(0, np.int64)
     if not fast:  # one dict per line: keep the first start on each line
         first = np.ones(len(starts), bool)
         first[1:] = line_of[1:] != line_of[:-1]
-        starts, line_of = starts[first], line_of[first]
+        if not first.all():  # several dicts glued on one line (a terminal copy): the slow path reads them all
+            glued = np.unique(line_of[~first])
+            res.dict_line_mask[glued] = True
+            keep = first & ~np.isin(line_of, glued)
+        else:
+            keep = first
+        starts, line_of = starts[keep], line_of[keep]
+        if len(starts) == 0:
+            res.odd_lines = glued
+            return res
     res.dict_line_mask[line_of] = True
     lend = line_end[line_of]
     # the closing brace: the line's last byte (before an optional \r) when every row ends so;
@@ -93,7 +103,7 @@ def scan_block(block: bytes, quote: bytes = b"'", line_start_only: bool = False)
     kpos = np.flatnonzero(a == _COMMA)
     k0 = np.searchsorted(kpos, starts)
     nkeys = np.searchsorted(kpos, close) - k0 + 1
-    odd = [line_of[~closed]]
+    odd = [line_of[~closed], glued]
     pending = np.flatnonzero(closed)
     layouts = 0
     while len(pending):

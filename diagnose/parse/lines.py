@@ -67,6 +67,10 @@ _TRAINER_HINTS = (
 )
 
 
+_TIMER = re.compile(r"(\w+): ([\d.]+)")
+_DATA_TIME = re.compile(r"(?<![\w])(?:iter_time|time):\s*([\d.]+)s?\b.*?\bdata_time:\s*([\d.]+)")
+
+
 def _clock_s(text: str) -> float | None:
     """tqdm's '1:22:56' / '47:23' / '227:39:40' as seconds; None for '?'."""
     if not text or "?" in text:
@@ -265,6 +269,20 @@ class InfoScanner:
             m = MEGATRON.search(s)
             if m:
                 self._megatron(lineno, s, m)
+                return
+        if "time (ms) |" in s:  # DeepSpeed wall_clock_breakdown
+            row: dict[str, Any] = {"line": lineno}
+            for seg in s.split("|")[1:]:
+                m = _TIMER.search(seg)
+                if m:
+                    row[m.group(1)] = float(m.group(2))
+            if len(row) > 1:
+                run.timers.append(row)
+            return
+        if "data_time" in s:
+            m = _DATA_TIME.search(s)
+            if m:
+                run.iter_times.append({"line": lineno, "time_s": float(m.group(1)), "data_time_s": float(m.group(2))})
                 return
         if "%|" in raw:
             self._bars(lineno, raw)

@@ -7,7 +7,8 @@ Contract: `resolve_inputs(inputs, stdin=None) -> Sources`.
   `logging.jsonl` (or the newest `v<N>-<date>/logging.jsonl` below it), and the
   args file next to that logging.jsonl; its file names are kept as version clues;
 - `-` reads standard input as one capture; so is a path that is not a regular file
-  (a FIFO, bash's `<(...)`), read once into memory.
+  (a FIFO, bash's `<(...)`), read once into memory;
+- UTF-16 text (PowerShell's `>` writes it, with a BOM) is re-encoded to UTF-8 in memory.
 Raises `InputError` (exit 2) for a missing path, a directory with no logs, or
 binary data.  `iter_blocks(source)` yields ~4 MiB byte blocks cut at newlines
 (`block_bounds` gives a file's block byte ranges, `read_block` reads one).
@@ -76,6 +77,28 @@ def check_not_binary(head: bytes, name: str) -> None:
         raise InputError(f"{name}: binary data, not a text log", hint="give the stdout/stderr capture or logging.jsonl")
 
 
+def utf16_codec(head: bytes) -> str | None:
+    """'utf-16' when the bytes are UTF-16 text (a BOM, or ASCII text with every other byte NUL), else None."""
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return "utf-16"
+    sample = head[:4096]
+    if len(sample) >= 8:
+        even, odd = sample[0::2], sample[1::2]
+        if odd.count(0) > 0.9 * len(odd) and even.count(0) < 0.1 * len(even):
+            return "utf-16-le"
+        if even.count(0) > 0.9 * len(even) and odd.count(0) < 0.1 * len(odd):
+            return "utf-16-be"
+    return None
+
+
+def from_utf16(data: bytes) -> bytes:
+    """UTF-16 text re-encoded as UTF-8; any other bytes unchanged."""
+    codec = utf16_codec(data)
+    if codec is None:
+        return data
+    return data.decode(codec, errors="replace").encode("utf-8")
+
+
 def check_not_empty(size: int, name: str) -> None:
     if size == 0:
         raise InputError(f"{name}: empty file", hint="the capture has no content yet; is the job writing elsewhere?")
@@ -111,7 +134,7 @@ def resolve_inputs(inputs: list[str], stdin: bytes | None = None) -> Sources:
         raise InputError("nothing to read", hint="give a log file, an output dir, or - for stdin")
     for raw in inputs:
         if raw == "-":
-            data = stdin if stdin is not None else b""
+            data = from_utf16(stdin if stdin is not None else b"")
             check_not_empty(len(data), "<stdin>")
             check_not_binary(data[:65536], "<stdin>")
             src.stdout.append(("<stdin>", data))
@@ -134,6 +157,7 @@ def resolve_inputs(inputs: list[str], stdin: bytes | None = None) -> Sources:
                     data = f.read()
             except OSError as e:
                 raise InputError(f"{raw}: cannot read ({e.strerror})") from None
+            data = from_utf16(data)
             check_not_empty(len(data), raw)
             check_not_binary(data[:65536], raw)
             src.stdout.append((str(p), data))
@@ -144,6 +168,15 @@ def resolve_inputs(inputs: list[str], stdin: bytes | None = None) -> Sources:
         except OSError as e:
             raise InputError(f"{raw}: cannot read ({e.strerror})") from None
         check_not_empty(len(head), raw)
+        if utf16_codec(head):  # PowerShell's `>` writes UTF-16: read it once, as UTF-8, into memory
+            try:
+                data = from_utf16(p.read_bytes())
+            except OSError as e:
+                raise InputError(f"{raw}: cannot read ({e.strerror})") from None
+            check_not_binary(data[:65536], raw)
+            src.file_names.add(p.name)
+            src.stdout.append((str(p), data))
+            continue
         check_not_binary(head, raw)
         src.file_names.add(p.name)
         if p.suffix == ".jsonl":

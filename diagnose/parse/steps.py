@@ -41,6 +41,7 @@ class StepRows:
         self._n = 0
         self._cap = 0
         self._dicts: list[dict[str, float]] = []
+        self._printed_elapsed: list[tuple[float, float]] = []  # (line, elapsed_time seconds as printed)
         self.layouts: list[list[str]] = []
 
     def __len__(self) -> int:
@@ -118,6 +119,10 @@ class StepRows:
                         row["train_speed_s_per_it"], row["_kind"] = float(n), _KIND_SPI
                     elif n > 0:
                         row["train_speed_s_per_it"], row["_kind"] = 1.0 / n, _KIND_IPS
+            elif k == "elapsed_time":
+                el = parse_duration(v)
+                if el is not None:
+                    self._printed_elapsed.append((float(line), el))
         self._dicts.append(row)
         keys = [k for k in d if not k.startswith("_")]
         if keys not in self.layouts and len(self.layouts) < 16:
@@ -169,9 +174,31 @@ class StepRows:
             order = np.argsort(line, kind="stable")
             cols = {c: v[order] for c, v in cols.items()}
             pres = {c: v[order] for c, v in pres.items()}
+        start_step = self._resumed_start(cols, start_step)
         _derive_times(cols, start_step)
         del cols["_kind"]
         return StepsTable(cols, pres)
+
+    def _resumed_start(self, cols: dict[str, np.ndarray], start_step: float) -> float:
+        """The step a resumed 3.12.5+/4.x run restarted its clock at, from the printed elapsed_time.
+
+        train_speed(s/it) there is elapsed / (step - start_step); a pasted excerpt of a resumed run
+        carries no --resume_from_checkpoint, but step - elapsed_time / s_per_it gives start_step back
+        (to the second elapsed_time is rounded to).  Kept only when it is clearly past start_step.
+        """
+        if not self._printed_elapsed or start_step:
+            return start_step
+        at = {ln: el for ln, el in self._printed_elapsed}
+        est = []
+        for i in np.flatnonzero(cols["_kind"] == _KIND_SPI):
+            el, spi, st = at.get(float(cols["line"][i])), cols["train_speed_s_per_it"][i], cols["step"][i]
+            if el is not None and spi > 0 and el > 0 and not np.isnan(st):
+                est.append(st - el / spi)
+        if len(est) < 2:
+            return start_step
+        s0 = float(np.median(est))
+        first = float(np.nanmin(cols["step"]))
+        return round(s0) if 1 <= s0 < first and (first - s0) > 0 else start_step
 
 
 def _derive_times(cols: dict[str, np.ndarray], start_step: float) -> None:

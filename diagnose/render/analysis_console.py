@@ -12,13 +12,19 @@ from rich.text import Text
 from diagnose.diagnosis import Diagnosis
 from diagnose.models import Run
 from diagnose.render.ops_text import op_lines
+from diagnose.render.run_text import TRAINER_NAMES
 
 _STYLE = {"error": "bold red", "warning": "bold yellow", "info": "cyan"}
 _EFFECT = {"safe": "green", "changes-training": "yellow", "advice": "dim"}
 
 
 def _run_line(run: Run) -> str:
-    parts = [f"ms-swift {run.swift_version or '?'}"]
+    if run.recognized:
+        parts = [f"{TRAINER_NAMES.get(run.trainer, run.trainer)} {run.swift_version or '?'}"]
+    else:
+        parts = [TRAINER_NAMES.get(run.trainer, run.trainer) if run.trainer != "unknown" else "trainer not recognised"]
+    if run.header_line is None and not run.ended:
+        parts.append("excerpt")
     t = run.steps
     if len(t):
         last = t.last() or {}
@@ -36,14 +42,17 @@ def print_diagnosis(diag: Diagnosis, run: Run, console: Console | None = None, v
     style = "bold green" if p.category == "healthy" else _STYLE.get(p.severity, "bold")
     head = Text()
     head.append(f"{p.category.upper()}", style=style)
+    head.append(f"  {p.confidence}", style="bold" if p.confidence == "certain" else "italic")
     if p.rule:
         head.append(f"  [{p.rule}]", style="dim")
     head.append(f"\n{p.summary}")
+    if p.missing:
+        head.append(f"\nnot in the text: {p.missing}", style="dim")
     c.print(Panel(head, title="swiftdoc", subtitle=_run_line(run), expand=True))
     shown = [f for f in diag.findings if verbose or f.severity != "info" or p.category == "healthy"]
     for f in shown:
         c.print(Text.assemble((f"{f.severity:<7} ", _STYLE.get(f.severity, "")), (f"{f.rule} ", "bold"),
-                              (f"{f.slug}", "dim")))
+                              (f"{f.slug}", "dim"), ("" if f.confidence == "certain" else f"  ({f.confidence})", "italic")))
         c.print(f"  {f.summary}")
         c.print(Text("  evidence: ", style="dim") + Text(f.evidence))
         if f.lines:

@@ -1,8 +1,9 @@
-"""The analyze JSON contract (schema_version 1).
+"""The analyze JSON contract (schema_version 2).
 
 Contract: `diagnosis_json(diagnosis, run) -> dict` with keys schema_version,
-primary {category, rule, severity, summary}, findings [{rule, slug, category,
-severity, summary, evidence, values, lines, remedies [{title, effect, ops, note}]}],
+primary {category, rule, severity, summary, confidence, missing}, findings [{rule,
+slug, category, severity, confidence, missing, summary, evidence, values, lines,
+remedies [{title, effect, ops, note}]}],
 skipped [{rule, slug, missing}], dropped, notes, run (= `swiftdoc parse --format json`).
 """
 from __future__ import annotations
@@ -13,7 +14,7 @@ from diagnose.diagnosis import Diagnosis
 from diagnose.models import Run
 from diagnose.render.run_json import jsonable, run_summary
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: confidence and missing on the verdict and every finding
 
 
 def diagnosis_json(diag: Diagnosis, run: Run, features: bool = False) -> dict[str, Any]:
@@ -23,7 +24,7 @@ def diagnosis_json(diag: Diagnosis, run: Run, features: bool = False) -> dict[st
         "findings": [
             {
                 "rule": f.rule, "slug": f.slug, "category": f.category, "severity": f.severity,
-                "summary": f.summary, "evidence": f.evidence, "values": f.values, "lines": f.lines,
+                "confidence": f.confidence, "missing": f.missing, "summary": f.summary, "evidence": f.evidence, "values": f.values, "lines": f.lines,
                 "remedies": [r.model_dump() for r in f.remedies], "references": f.references,
             }
             for f in diag.findings

@@ -7,13 +7,20 @@ from __future__ import annotations
 from diagnose.diagnosis import Diagnosis
 from diagnose.models import Run
 from diagnose.render.ops_text import op_lines
+from diagnose.render.run_text import TRAINER_NAMES
 
 
 def diagnosis_markdown(diag: Diagnosis, run: Run) -> str:
     p = diag.primary
-    out = [f"## swiftdoc: {p.category}" + (f" ({p.rule})" if p.rule else ""), "", p.summary, ""]
+    out = [f"## swiftdoc: {p.category}" + (f" ({p.rule})" if p.rule else "") + f" · {p.confidence}", "", p.summary, ""]
+    if p.missing:
+        out += [f"_Not in the text: {p.missing}._", ""]
     t = run.steps
-    facts = [f"ms-swift **{run.swift_version or 'unknown'}**" + (f" ({run.version_clue})" if run.version_clue else "")]
+    if run.recognized:
+        facts = [f"{TRAINER_NAMES.get(run.trainer, run.trainer)} **{run.swift_version or 'unknown'}**"
+                 + (f" ({run.version_clue})" if run.version_clue else "")]
+    else:
+        facts = [f"trainer: {TRAINER_NAMES.get(run.trainer, run.trainer)}"]
     if len(t):
         last = t.last() or {}
         facts.append(f"{len(t)} logged steps, last step {last.get('step', '?')}" + (f" of {run.max_steps}" if run.max_steps else ""))
@@ -21,10 +28,11 @@ def diagnosis_markdown(diag: Diagnosis, run: Run) -> str:
         facts.append(f"world size {run.world_size}")
     out += [" · ".join(facts), ""]
     if diag.findings:
-        out += ["| severity | rule | finding | evidence | lines |", "|---|---|---|---|---|"]
+        out += ["| severity | rule | confidence | finding | evidence | lines |", "|---|---|---|---|---|---|"]
         for f in diag.findings:
             ev = f.evidence.replace("|", "\\|")
-            out.append(f"| {f.severity} | `{f.rule}` {f.slug} | {f.summary} | {ev} | {', '.join(map(str, f.lines[:6]))} |")
+            out.append(f"| {f.severity} | `{f.rule}` {f.slug} | {f.confidence} | {f.summary} | {ev} | "
+                       f"{', '.join(map(str, f.lines[:6]))} |")
         out.append("")
         ops: list[str] = []
         seen: set[str] = set()

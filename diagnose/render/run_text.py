@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from diagnose.models import Run
@@ -16,17 +17,31 @@ _COLS = [("step", "step", "{:.0f}"), ("loss", "loss", "{:.4g}"), ("grad_norm", "
          ("interval_s", "s/step", "{:.3f}"), ("line", "line", "{:.0f}")]
 
 
-def _fmt(v: float, f: str) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
+TRAINER_NAMES = {"ms-swift": "ms-swift", "ms-swift-megatron": "Megatron-SWIFT", "megatron-lm": "Megatron-LM",
+                 "llama-factory": "LLaMA-Factory", "trl": "TRL", "hf-trainer": "HF Trainer", "deepspeed": "DeepSpeed",
+                 "unknown": "not recognised"}
+
+
+def _fmt(v: float, f: str, printed: bool = True) -> str:
+    """'-' for a value that was never logged; nan/inf as printed (a logged nan is a finding, not a gap)."""
+    if not printed or v is None:
         return "-"
+    if isinstance(v, float) and math.isnan(v):
+        return "nan"
+    if isinstance(v, float) and math.isinf(v):
+        return "inf" if v > 0 else "-inf"
     return f.format(v)
 
 
 def print_run(run: Run, rows: int = 10, console: Console | None = None) -> None:
     c = console or Console(highlight=False)
-    if not run.recognized:
-        c.print("[bold yellow]not an ms-swift log[/]" + (f" ({run.notes[0]})" if run.notes else ": nothing ms-swift-specific matched"))
-    c.print(f"[bold]ms-swift[/] {run.swift_version or 'unknown version'}" + (f"  [dim]({run.version_clue})[/]" if run.version_clue else ""))
+    if run.recognized:
+        c.print(f"[bold]{run.trainer}[/] {run.swift_version or 'unknown version'}"
+                + (f"  [dim]({run.version_clue})[/]" if run.version_clue else ""))
+    else:
+        c.print(f"[bold]trainer:[/] {TRAINER_NAMES.get(run.trainer, run.trainer)} [dim](no ms-swift signature: version unknown)[/]")
+    c.print("capture: " + ("whole run (its start is in the text)" if run.header_line is not None
+                           else "ended run" if run.ended else "excerpt (neither the start nor the end of the run)"))
     t = run.steps
     ms = run.max_steps
     c.print(f"steps logged: {len(t)}" + (f" of max_steps {ms}" if ms else "") + f"   world_size: {run.world_size or '?'}"
@@ -40,9 +55,9 @@ def print_run(run: Run, rows: int = 10, console: Console | None = None) -> None:
     if run.events:
         c.print(f"events ({len(run.events)}):")
         for e in run.events[:20]:
-            c.print(f"  line {e.line:>6}  [bold]{e.kind}[/]  {e.text[:110]}")
+            c.print(f"  line {e.line:>6}  [bold]{e.kind}[/]  {escape(e.text[:110])}")
     for n in run.notes[:5]:
-        c.print(f"[dim]note: {n}[/]")
+        c.print(f"[dim]note: {escape(n)}[/]")
     if len(t):
         tab = Table(title=f"steps (first {min(rows, len(t))} and last)", show_edge=False)
         for _, head, _f in _COLS:
@@ -51,5 +66,5 @@ def print_run(run: Run, rows: int = 10, console: Console | None = None) -> None:
         if len(t) > rows:
             idx += [len(t) - 1]
         for i in idx:
-            tab.add_row(*[_fmt(float(t[col][i]) if t.present(col)[i] else float("nan"), f) for col, _, f in _COLS])
+            tab.add_row(*[_fmt(float(t[col][i]), f, bool(t.present(col)[i])) for col, _, f in _COLS])
         c.print(tab)

@@ -1,0 +1,74 @@
+"""The real-world corpus (fixtures/realworld, from public issue threads): the ratchet and the targets.
+
+Scored exactly as bench/score_realworld.py scores it.  Fails when a case listed in
+tests/data/realworld_passing.txt stops passing, when a case passes that is not
+listed (the list only grows), when any case raises, when a verdict carries no
+confidence, or when the core high/medium accuracy falls under 95% overall or 85%
+in a category.
+"""
+from __future__ import annotations
+
+import importlib.util
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FIXTURES, ROOT
+
+_spec = importlib.util.spec_from_file_location("score_realworld", ROOT / "bench" / "score_realworld.py")
+score_realworld = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(score_realworld)
+
+CORPUS = FIXTURES / "realworld"
+LISTED = [ln.strip() for ln in (Path(__file__).parent / "data" / "realworld_passing.txt").read_text().splitlines()
+          if ln.strip() and not ln.startswith("#")]
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[dict]:
+    return score_realworld.score(CORPUS)
+
+
+def test_corpus_is_complete():
+    labels = (CORPUS / "labels.jsonl").read_text(encoding="utf-8").splitlines()
+    cases = sorted(p.name for p in (CORPUS / "cases").iterdir())
+    assert len(labels) == len(cases) >= 67
+
+
+def test_no_case_raises(rows):
+    bad = [(r["file"], r["top"]) for r in rows if r["verdict"] in ("traceback", "error")]
+    assert not bad
+
+
+def test_every_verdict_says_how_sure_it_is(rows):
+    assert all(r["confidence"] in ("certain", "probable", "weak") for r in rows)
+
+
+def test_ratchet(rows):
+    by = {r["file"]: r for r in rows}
+    regressed = [(f, by[f]["verdict"], by[f]["top"]) for f in LISTED if not by[f]["right"]]
+    assert not regressed, f"cases that passed now fail: {regressed}"
+    new = sorted(r["file"] for r in rows if r["right"] and r["file"] not in LISTED)
+    assert not new, f"cases now pass that the ratchet does not list yet - add them to tests/data/realworld_passing.txt: {new}"
+
+
+def test_accuracy_targets(rows):
+    main = [r for r in rows if r["scope"] == "core" and r["confidence_label"] in ("high", "medium")]
+    assert sum(r["right"] for r in main) >= 0.95 * len(main)
+    per: dict[str, list[bool]] = defaultdict(list)
+    for r in main:
+        per[r["label"]].append(r["right"])
+    low = {c: f"{sum(v)}/{len(v)}" for c, v in per.items() if sum(v) < 0.85 * len(v)}
+    assert not low, low
+
+
+def test_scoring_command_prints_the_summary():
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, str(ROOT / "bench" / "score_realworld.py"), str(CORPUS)], capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    tail = p.stdout.strip().splitlines()[-3:]
+    assert tail[-1].startswith("core high+medium: ") and "Confusion" in p.stdout
