@@ -40,7 +40,7 @@ def test_plain_text_is_readable_but_not_ms_swift():
     a = swiftdoc("analyze", str(BAD / "plain_text.txt"), "--format", "json")
     assert a.returncode == 0 and json.loads(a.stdout)["primary"]["category"] == "unknown"
     t = swiftdoc("parse", str(BAD / "plain_text.txt"))
-    assert b"not an ms-swift log" in t.stdout
+    assert b"trainer: not recognised" in t.stdout and b"no ms-swift signature" in t.stdout
 
 
 @pytest.mark.parametrize("name,rows", [("hf_trainer.log", 25), ("llamafactory.log", 20)])

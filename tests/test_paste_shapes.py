@@ -59,6 +59,15 @@ def test_paste_shape(case):
         assert len(run.timers) == exp["timers"]
     if "iter_times" in exp:
         assert len(run.iter_times) == exp["iter_times"]
+    snap = run.snapshot or {}
+    if "snapshot_gpus" in exp:
+        assert len(snap.get("gpus") or []) == exp["snapshot_gpus"]
+    if "snapshot_total_gib" in exp:
+        assert _eq(snap["gpus"][0]["mem_total_gib"], exp["snapshot_total_gib"])
+    if "shm_gib" in exp:
+        assert _eq(snap["shm"]["size_gib"], exp["shm_gib"])
+    if "host_total_gib" in exp:
+        assert _eq(snap["host_mem"]["total_gib"], exp["host_total_gib"])
 
 
 def test_utf16_capture_reads_like_utf8(tmp_path: Path):

@@ -11,7 +11,8 @@ FAMILY = "events"
 KINDS = tuple(SIGNATURE_KINDS) + ("traceback", "traceback_cut", "nan")
 # kinds that say something stopped the run (the others are warnings, consequences or context)
 _NOT_STOPPING = {"nan", "allocator_flush", "traceback", "traceback_cut", "ddp_inactive", "closing_signal", "index_build",
-                 "shards_one", "dns_fail", "argv_backslash", "nccl_info", "dataset_error"}
+                 "shards_one", "dns_fail", "argv_backslash", "nccl_info", "dataset_error",
+                 "video_decode_fallback", "video_torchvision"}
 
 
 def _events(ctx: Ctx, kind: str):

@@ -1,13 +1,28 @@
-"""Host-side features, present only when swiftdoc runs on the job's machine (attach).
+"""Host-side features: measured on the job's machine (attach), else read from a pasted snapshot.
 
-Values come from `diagnose.host.host_features(pid)`; analyze of a log alone leaves
-them None.
+Values come from `diagnose.host.host_features(pid)`; for analyze of a log, the
+/dev/shm and RAM figures of a `df -h /dev/shm` / `free -h` pasted beside it
+(`Run.snapshot`) stand in; the rest stays None.
 """
 from __future__ import annotations
 
 from diagnose.features.registry import Ctx, feature
 
 FAMILY = "host"
+
+def _pasted(ctx: Ctx, key: str):
+    snap = ctx.run.snapshot or {}
+    shm, mem = snap.get("shm"), snap.get("host_mem")
+    if shm and key == "shm_total_gib":
+        return shm["size_gib"], [shm["line"]]
+    if shm and key == "shm_used_frac":
+        return shm["use_pct"] / 100, [shm["line"]]
+    if mem and key == "host_mem_total_gib":
+        return mem["total_gib"], [mem["line"]]
+    if mem and key == "host_mem_available_gib":
+        return mem["available_gib"], [mem["line"]]
+    return None
+
 
 for _f, _u, _d in [
     ("shm_total_gib", "GiB", "Size of /dev/shm (Docker's default is 64 MiB)."),
@@ -19,6 +34,6 @@ for _f, _u, _d in [
     ("dataloader_workers_running", "count", "Data-loader worker processes seen running."),
 ]:
     def _mk(key=_f):
-        return lambda ctx: (ctx.host or {}).get(key)
+        return lambda ctx: (ctx.host or {}).get(key) if (ctx.host or {}).get(key) is not None else _pasted(ctx, key)
 
     feature(_f, _u, _d, FAMILY)(_mk())

@@ -25,12 +25,16 @@ def _peak(ctx: Ctx):
     return s
 
 
-@feature("memory_capacity_gib", "GiB", "Memory of one GPU: NVML total, an OOM message's total capacity, or the --gpu table.", FAMILY)
+@feature("memory_capacity_gib", "GiB", "Memory of one GPU: NVML total, an OOM message's total capacity, a pasted nvidia-smi/gpustat snapshot, or the --gpu table.", FAMILY)
 def _cap(ctx: Ctx):
     if ctx.samples and ctx.samples.get("mem_total_gib"):
         return float(ctx.samples["mem_total_gib"])
     if ctx.get("oom_capacity_gib"):
         return ctx.get("oom_capacity_gib")
+    gpus = (ctx.run.snapshot or {}).get("gpus")
+    if gpus:
+        g = max(gpus, key=lambda g: g["mem_total_gib"])
+        return g["mem_total_gib"], [g["line"]]
     k = ctx.get("gpu_name")
     return GPUS[k][0] if k else None
 
@@ -62,3 +66,20 @@ def _growth(ctx: Ctx):
     if len(m) < 3 or m[0] <= 0:
         return None
     return float((m[-1] - m[0]) / m[0])
+
+
+@feature("snapshot_gpu_mem_frac", "fraction", "Fullest GPU's memory in a pasted nvidia-smi/gpustat snapshot (used ÷ total).", FAMILY)
+def _snap_mem(ctx: Ctx):
+    gpus = (ctx.run.snapshot or {}).get("gpus")
+    if not gpus:
+        return None
+    g = max(gpus, key=lambda g: g["mem_used_gib"] / g["mem_total_gib"] if g["mem_total_gib"] else 0)
+    return (g["mem_used_gib"] / g["mem_total_gib"] if g["mem_total_gib"] else None), [g["line"]]
+
+
+@feature("snapshot_gpu_util_pct", "%", "Mean GPU utilisation in a pasted nvidia-smi/gpustat snapshot (one moment, not an average over time).", FAMILY)
+def _snap_util(ctx: Ctx):
+    gpus = [g for g in (ctx.run.snapshot or {}).get("gpus") or [] if g.get("util_pct") is not None]
+    if not gpus:
+        return None
+    return sum(g["util_pct"] for g in gpus) / len(gpus), [g["line"] for g in gpus[:4]]

@@ -8,7 +8,12 @@ from pasted issues, `[rank3]:` prefixes, leading timestamps) and keeps the last
 forms), `Dataset Token Length`, `model_parameter_info`, `model_info`,
 `output_dir`, `Setting args.X: Y`, multimodal env lines, run start/end markers,
 checkpoint saves, tqdm `Map (num_proc=N)` rates and the training progress bar,
-eval and summary dicts, Megatron 3.x pipe-separated iteration lines.
+eval and summary dicts, Megatron 3.x pipe-separated iteration lines; and what
+users paste beside a log: training rows in any shape (JSON lines, HF Trainer
+dicts, pretty-printed trainer_state objects, several dicts glued on one line:
+`step_dicts`), tqdm bars told apart (training, preprocessing, eval, loading),
+DeepSpeed wall-clock timers, `data_time` iteration lines, and host/GPU snapshots
+(`parse.snapshots`).  `finish()` closes what the end of input cut.
 """
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ from diagnose.models import DatasetStats, ModelInfo, Run
 from diagnose.parse.args import parse_args_body, parse_run_sh
 from diagnose.parse.dicts import is_train_row, iter_dicts
 from diagnose.parse.prefix import strip_paste
+from diagnose.parse.snapshots import Snapshots
 from diagnose.parse.values import to_number
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -83,6 +89,35 @@ def _clock_s(text: str) -> float | None:
     return total
 
 
+# The line recognisers, tried in this order on each non-step line: (name, needles - a cheap prefilter,
+# the line must hold one of them -, handler method).  A handler returns True when the line was its kind.
+# Each has its line cases in tests/data/line_cases.yaml.
+RECOGNISERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("run_sh", ("run sh: `",), "_run_sh"),
+    ("log_dict", ("{'", '{"'), "_dict_line"),
+    ("version", ("swift.__version__",), "_version"),
+    ("args_dump", ("Arguments(",), "_args_dump"),
+    ("dataset_stats", ("Token Length",), "_dataset"),
+    ("model_params", ("M Params (",), "_params"),
+    ("model_info", ("model_info: ModelInfo(",), "_model_info"),
+    ("rank_line", ("world_size",), "_rank_line"),
+    ("device_count", ("device_count: ",), "_device_count"),
+    ("setting", ("Setting args.",), "_setting"),
+    ("streaming_workers", ("Using IterableDataset, setting args.dataloader_num_workers to 1",
+                           "Using streaming dataset, setting args.dataloader_num_workers to 1"), "_streaming_workers"),
+    ("env_setting", ("environment variable",), "_env_setting"),
+    ("output_dir", ("output_dir: ", "logging_path: "), "_output_dir"),
+    ("run_end", ("End time of running main",), "_end"),
+    ("run_start", ("Start time of running main", "***** Running training *****"), "_start"),
+    ("checkpoint", ("Saving model checkpoint to ", "last_model_checkpoint: "), "_checkpoint"),
+    ("deepspeed_config", ("Using deepspeed: ",), "_deepspeed"),
+    ("megatron_row", ("iteration",), "_megatron_line"),
+    ("ds_timers", ("time (ms) |",), "_timers"),
+    ("data_time", ("data_time",), "_data_time"),
+    ("tqdm_bar", ("%|",), "_bars"),
+)
+
+
 class InfoScanner:
     def __init__(self, run: Run):
         self.run = run
@@ -97,6 +132,7 @@ class InfoScanner:
         self.clues: dict[str, Any] = {}
         self.step_dicts: list[tuple[int, dict[str, Any]]] = []  # training rows read from text lines (JSON, HF, pretty)
         self.trainer_hints: dict[str, int] = {}
+        self.snapshots = Snapshots()
         self._pretty: dict[str, Any] | None = None  # a pretty-printed JSON object being read (trainer_state.json)
         self._pretty_line = 0
 
@@ -140,172 +176,214 @@ class InfoScanner:
             return
         if self._pretty_feed(lineno, s):
             return
+        if self.snapshots.feed(lineno, s):
+            return
         for name, needles in _TRAINER_HINTS:
             if any(n in s for n in needles):
                 self.trainer_hints[name] = self.trainer_hints.get(name, 0) + 1
+        for _name, needles, handler in RECOGNISERS:
+            # a tqdm bar may sit in an earlier '\r' fragment than the one normalize() kept: look at the raw line
+            hay = raw if handler == "_bars" else s
+            if any(n in hay for n in needles) and getattr(self, handler)(lineno, s, raw):
+                return
+
+    # --- the recognisers (see RECOGNISERS): (lineno, normalised line, raw line) -> consumed? -----
+    def _run_sh(self, lineno: int, s: str, raw: str) -> bool:
         run = self.run
-        if "run sh: `" in s:
-            run.header_line = run.header_line or lineno
-            parsed = parse_run_sh(s)
-            if parsed:
-                run.recognized = True
-                launch = run.launch
-                launch.argv = parsed["argv"]
-                launch.command = parsed["command"]
-                launch.launcher = parsed["launcher"]
-                launch.nproc_per_node = parsed.get("nproc_per_node")
-                launch.nnodes = parsed.get("nnodes")
-                launch.line = lineno
-                for k, v in parsed["flags"].items():
-                    launch.flags[k] = v
-                    launch.flag_sources[k] = "argv"
-            return
-        if "{'" in s or '{"' in s:
-            if self._dict_line(lineno, s):
-                return
-        if "swift" in s or "Arguments(" in s:
-            m = VERSION.search(s)
-            if m:
-                run.recognized = True
-                run.header_line = run.header_line or lineno
-                self.clues["version_line"] = m.group(1)
-                return
-            idx = s.find("args: ")
-            if idx >= 0 and "Arguments(" in s[idx:]:
-                run.recognized = True
-                run.header_line = run.header_line or lineno
-                rest = s[idx + 6 :].strip()
-                cls = rest.split("(", 1)[0]
-                if rest.endswith(")") and len(rest) > len(cls) + 2:  # single-line repr (2.x, Megatron)
-                    self._apply_args(parse_args_body(rest[len(cls) + 1 : -1], multiline=False), cls, lineno, "args repr (single-line)")
-                else:
-                    self._args_lines = []
-                    self._args_line = lineno
-                    self._args_class = cls
-                return
-        m = DATASET.search(s)
-        if m:
+        run.header_line = run.header_line or lineno
+        parsed = parse_run_sh(s)
+        if parsed:
             run.recognized = True
-            stats = DatasetStats(
-                mean=float(m.group(1)), std=float(m.group(2)), min=float(m.group(3)), max=float(m.group(4)),
-                size=int(m.group(5)), line=lineno,
-            )
-            if run.dataset is None:
-                run.dataset = stats
-            elif run.val_dataset is None:
-                run.val_dataset = stats.model_copy(update={"split": "val"})
-            return
-        if "M Params (" in s:
-            m = PARAMS.search(s)
-            if m:
-                run.recognized = run.recognized or "model_parameter_info" in s
-                info = run.model or ModelInfo()
-                info.cls, info.params_m, info.trainable_m = m.group(1), float(m.group(2)), float(m.group(3))
-                info.trainable_pct, info.buffers_m, info.line = float(m.group(4)), float(m.group(5)), lineno
-                run.model = info
-                return
-        if "model_info: ModelInfo(" in s:
-            info = run.model or ModelInfo()
-            body = s.split("ModelInfo(", 1)[1].rstrip(")")
-            info.fields = {k: str(v) for k, v in parse_args_body(body, multiline=False).items()}
-            run.model = info
-            return
-        if "world_size" in s:
-            m = RANK_LINE.search(s)
-            if m:
-                run.recognized = run.recognized or "[INFO:swift]" in s
-                run.world_size = int(m.group(3))
-                run.local_world_size = int(m.group(4))
-                self.clues["rank_line_prefixed"] = "[INFO:swift]" in s
-                return
-        if s.startswith("device_count: "):
-            n = to_number(s.split(":", 1)[1])
-            if isinstance(n, int):
-                run.device_count = n
-                self.clues["device_count_line"] = True
-            return
-        if "Setting args." in s:
-            m = SETTING.search(s)
-            if m:
-                run.settings[m.group(1)] = m.group(2).strip()
-                return
-        if "Using IterableDataset, setting args.dataloader_num_workers to 1" in s or "Using streaming dataset, setting args.dataloader_num_workers to 1" in s:
-            run.settings["dataloader_num_workers"] = "1"
-            run.settings["streaming_forced_workers"] = "1"
-            return
-        if "environment variable" in s:
-            m = ENV_SET_1.search(s)
-            if m:
-                run.env_settings[m.group(3)] = m.group(2)
-                return
-            m = ENV_SET_2.search(s)
-            if m:
-                run.env_settings[m.group(1)] = m.group(3)
-                return
+            launch = run.launch
+            launch.argv = parsed["argv"]
+            launch.command = parsed["command"]
+            launch.launcher = parsed["launcher"]
+            launch.nproc_per_node = parsed.get("nproc_per_node")
+            launch.nnodes = parsed.get("nnodes")
+            launch.line = lineno
+            for k, v in parsed["flags"].items():
+                launch.flags[k] = v
+                launch.flag_sources[k] = "argv"
+        return True
+
+    def _version(self, lineno: int, s: str, raw: str) -> bool:
+        m = VERSION.search(s)
+        if not m:
+            return False
+        self.run.recognized = True
+        self.run.header_line = self.run.header_line or lineno
+        self.clues["version_line"] = m.group(1)
+        return True
+
+    def _args_dump(self, lineno: int, s: str, raw: str) -> bool:
+        idx = s.find("args: ")
+        if idx < 0 or "Arguments(" not in s[idx:]:
+            return False
+        self.run.recognized = True
+        self.run.header_line = self.run.header_line or lineno
+        rest = s[idx + 6 :].strip()
+        cls = rest.split("(", 1)[0]
+        if rest.endswith(")") and len(rest) > len(cls) + 2:  # single-line repr (2.x, Megatron)
+            self._apply_args(parse_args_body(rest[len(cls) + 1 : -1], multiline=False), cls, lineno, "args repr (single-line)")
+        else:
+            self._args_lines = []
+            self._args_line = lineno
+            self._args_class = cls
+        return True
+
+    def _dataset(self, lineno: int, s: str, raw: str) -> bool:
+        m = DATASET.search(s)
+        if not m:
+            return False
+        run = self.run
+        run.recognized = True
+        stats = DatasetStats(mean=float(m.group(1)), std=float(m.group(2)), min=float(m.group(3)), max=float(m.group(4)),
+                             size=int(m.group(5)), line=lineno)
+        if run.dataset is None:
+            run.dataset = stats
+        elif run.val_dataset is None:
+            run.val_dataset = stats.model_copy(update={"split": "val"})
+        return True
+
+    def _params(self, lineno: int, s: str, raw: str) -> bool:
+        m = PARAMS.search(s)
+        if not m:
+            return False
+        run = self.run
+        run.recognized = run.recognized or "model_parameter_info" in s
+        info = run.model or ModelInfo()
+        info.cls, info.params_m, info.trainable_m = m.group(1), float(m.group(2)), float(m.group(3))
+        info.trainable_pct, info.buffers_m, info.line = float(m.group(4)), float(m.group(5)), lineno
+        run.model = info
+        return True
+
+    def _model_info(self, lineno: int, s: str, raw: str) -> bool:
+        info = self.run.model or ModelInfo()
+        body = s.split("ModelInfo(", 1)[1].rstrip(")")
+        info.fields = {k: str(v) for k, v in parse_args_body(body, multiline=False).items()}
+        self.run.model = info
+        return True
+
+    def _rank_line(self, lineno: int, s: str, raw: str) -> bool:
+        m = RANK_LINE.search(s)
+        if not m:
+            return False
+        run = self.run
+        run.recognized = run.recognized or "[INFO:swift]" in s
+        run.world_size = int(m.group(3))
+        run.local_world_size = int(m.group(4))
+        self.clues["rank_line_prefixed"] = "[INFO:swift]" in s
+        return True
+
+    def _device_count(self, lineno: int, s: str, raw: str) -> bool:
+        if not s.startswith("device_count: "):
+            return False
+        n = to_number(s.split(":", 1)[1])
+        if isinstance(n, int):
+            self.run.device_count = n
+            self.clues["device_count_line"] = True
+        return True
+
+    def _setting(self, lineno: int, s: str, raw: str) -> bool:
+        m = SETTING.search(s)
+        if not m:
+            return False
+        self.run.settings[m.group(1)] = m.group(2).strip()
+        return True
+
+    def _streaming_workers(self, lineno: int, s: str, raw: str) -> bool:
+        self.run.settings["dataloader_num_workers"] = "1"
+        self.run.settings["streaming_forced_workers"] = "1"
+        return True
+
+    def _env_setting(self, lineno: int, s: str, raw: str) -> bool:
+        m = ENV_SET_1.search(s)
+        if m:
+            self.run.env_settings[m.group(3)] = m.group(2)
+            return True
+        m = ENV_SET_2.search(s)
+        if m:
+            self.run.env_settings[m.group(1)] = m.group(3)
+            return True
+        return False
+
+    def _output_dir(self, lineno: int, s: str, raw: str) -> bool:
+        run = self.run
         if "output_dir: " in s and "[INFO:swift]" in s:
             run.output_dir = s.split("output_dir: ", 1)[1].strip()
-            return
+            return True
         if "logging_path: " in s:
             run.output_dir = run.output_dir or s.split("logging_path: ", 1)[1].strip().rsplit("/", 1)[0]
-            return
-        if "End time of running main" in s:
-            run.ended = True
-            return
-        if "Start time of running main" in s:
-            run.recognized = True
-            run.header_line = run.header_line or lineno
-            return
-        if "Saving model checkpoint to " in s or "last_model_checkpoint: " in s:
-            path = re.split(r"Saving model checkpoint to |last_model_checkpoint: ", s)[-1].strip()
-            if path in ("None", ""):
-                return
-            m = re.search(r"checkpoint-(\d+)", path)
-            self.checkpoints.append({"path": path, "step": int(m.group(1)) if m else None, "line": lineno})
-            return
-        if "Using deepspeed: " in s:
-            run.settings["deepspeed_config"] = s.split("Using deepspeed: ", 1)[1][:2000]
-            return
-        if "iteration" in s and "|" in s:
-            m = MEGATRON.search(s)
-            if m:
-                self._megatron(lineno, s, m)
-                return
-        if "time (ms) |" in s:  # DeepSpeed wall_clock_breakdown
-            row: dict[str, Any] = {"line": lineno}
-            for seg in s.split("|")[1:]:
-                m = _TIMER.search(seg)
-                if m:
-                    row[m.group(1)] = float(m.group(2))
-            if len(row) > 1:
-                run.timers.append(row)
-            return
-        if "data_time" in s:
-            m = _DATA_TIME.search(s)
-            if m:
-                run.iter_times.append({"line": lineno, "time_s": float(m.group(1)), "data_time_s": float(m.group(2))})
-                return
-        if "%|" in raw:
-            self._bars(lineno, raw)
+            return True
+        return False
 
-    def _dict_line(self, lineno: int, s: str) -> bool:
-        found = False
+    def _end(self, lineno: int, s: str, raw: str) -> bool:
+        self.run.ended = True
+        return True
+
+    def _start(self, lineno: int, s: str, raw: str) -> bool:
+        self.run.recognized = self.run.recognized or "Start time of running main" in s
+        self.run.header_line = self.run.header_line or lineno
+        return True
+
+    def _checkpoint(self, lineno: int, s: str, raw: str) -> bool:
+        path = re.split(r"Saving model checkpoint to |last_model_checkpoint: ", s)[-1].strip()
+        if path in ("None", ""):
+            return True
+        m = re.search(r"checkpoint-(\d+)", path)
+        self.checkpoints.append({"path": path, "step": int(m.group(1)) if m else None, "line": lineno})
+        return True
+
+    def _deepspeed(self, lineno: int, s: str, raw: str) -> bool:
+        self.run.settings["deepspeed_config"] = s.split("Using deepspeed: ", 1)[1][:2000]
+        return True
+
+    def _megatron_line(self, lineno: int, s: str, raw: str) -> bool:
+        m = MEGATRON.search(s) if "|" in s else None
+        if not m:
+            return False
+        self._megatron(lineno, s, m)
+        return True
+
+    def _timers(self, lineno: int, s: str, raw: str) -> bool:  # DeepSpeed wall_clock_breakdown
+        row: dict[str, Any] = {"line": lineno}
+        for seg in s.split("|")[1:]:
+            m = _TIMER.search(seg)
+            if m:
+                row[m.group(1)] = float(m.group(2))
+        if len(row) > 1:
+            self.run.timers.append(row)
+        return True
+
+    def _data_time(self, lineno: int, s: str, raw: str) -> bool:
+        m = _DATA_TIME.search(s)
+        if not m:
+            return False
+        self.run.iter_times.append({"line": lineno, "time_s": float(m.group(1)), "data_time_s": float(m.group(2))})
+        return True
+
+    def _dict_line(self, lineno: int, s: str, raw: str = "") -> bool:
+        used = False
         for d in iter_dicts(s):
-            found = True
             if is_train_row(d):
                 self.step_dicts.append((lineno, d))
+                used = True
             else:
-                self.other_dict(lineno, d)
-        return found
+                used = self.other_dict(lineno, d) or used
+        return used
 
-    def other_dict(self, lineno: int, d: dict[str, Any]) -> None:
-        """A dict that is not a training row: the run summary or an eval row (anything else is data)."""
+    def other_dict(self, lineno: int, d: dict[str, Any]) -> bool:
+        """A dict that is not a training row: the run summary or an eval row (anything else is data: False)."""
         run = self.run
         if "train_runtime" in d:
             run.summary = d
             run.ended = True
-        elif any(k.startswith("eval_") for k in d):
+            return True
+        if any(k.startswith("eval_") for k in d):
             d["_line"] = lineno
             run.evals.append(d)
+            return True
+        return False
 
     # --- pretty-printed JSON objects (trainer_state.json log_history pasted) -----
     def _pretty_feed(self, lineno: int, s: str) -> bool:
@@ -355,7 +433,7 @@ class InfoScanner:
         self.megatron_rows.append(row)
         self.run.recognized = True
 
-    def _bars(self, lineno: int, raw: str) -> None:
+    def _bars(self, lineno: int, s: str, raw: str) -> bool:
         frags = [f for f in _ANSI.sub("", raw).split("\r") if f.strip()]
         for frag in reversed(frags):
             m = BAR.search(strip_paste(frag)[0])
@@ -373,16 +451,17 @@ class InfoScanner:
                     "done": done, "total": total, "rate_per_s": per_s, "unit": unit, "line": lineno,
                     "elapsed_s": _clock_s(m.group("elapsed")), "remaining_s": _clock_s(m.group("remaining")),
                 })
-                return
+                return True
             if _EVAL_BAR.match(desc) or _OTHER_BAR.match(desc):
-                return
+                return True
             if unit not in ("s/it", "it/s"):
-                return
+                return True
             self.progress = {"step": done, "total": total, "line": lineno, "desc": desc or None,
                              "elapsed_s": _clock_s(m.group("elapsed")), "remaining_s": _clock_s(m.group("remaining"))}
             if rate:
                 self.progress["s_per_it"] = rate if unit == "s/it" else 1 / rate
-            return
+            return True
+        return False
 
 
 __all__ = ["InfoScanner", "normalize"]

@@ -339,6 +339,7 @@ def _finish_info(run: Run, info: InfoScanner, clues: dict[str, Any]) -> None:
         clues.update(info.clues)
     run.preprocess = info.map_rates
     run.progress = info.progress
+    run.snapshot = info.snapshots.result()
     run.checkpoints = info.checkpoints
 
 

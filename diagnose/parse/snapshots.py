@@ -1,0 +1,89 @@
+"""Host and GPU snapshots pasted beside a log: nvidia-smi, gpustat, `free -h`, `df -h /dev/shm`.
+
+Contract: `Snapshots.feed(lineno, text) -> bool` reads one (prefix-stripped) line
+and returns True when it was a snapshot row; `Snapshots.result()` is the dict kept
+as `Run.snapshot`: `gpus` [{index, name, mem_used_gib, mem_total_gib, util_pct,
+line}], `shm` {size_gib, used_gib, use_pct, line}, `host_mem` {total_gib,
+available_gib, line}.  Only what the text shows; nothing is measured here.
+Formats: nvidia-smi's table (a name row `|   0  NVIDIA A100-SXM4-80GB  On | ...`
+followed by a usage row `| N/A 34C P0 63W / 400W | 81000MiB / 81920MiB | 100% Default |`),
+gpustat (`[0] NVIDIA A100 | 65°C, 100 % | 79000 / 81920 MB | user(78000M)`),
+procps `free` (`Mem:  251Gi  34Gi  2.1Gi  1.0Gi  215Gi  214Gi`) and coreutils `df`
+(`tmpfs  64M  64M  0  100% /dev/shm`).
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_SMI_NAME = re.compile(r"^\|\s+(\d+)\s+(.+?)\s+(?:On|Off)\s+\|")
+_SMI_USE = re.compile(r"(\d+)MiB\s*/\s*(\d+)MiB\s*\|\s*(\d+|N/A)\s*%?")
+# the '[0] ' index may already be gone: the paste-prefix stripper reads it as a log viewer's line number
+_GPUSTAT = re.compile(r"^(?:\[(\d+)\]\s+)?([^|]+?)\s*\|\s*(\d+)\s*'?°?C?,\s*(\d+)\s*%\s*\|\s*(\d+)\s*/\s*(\d+)\s*MB")
+_SIZE = r"([\d.]+)\s*([KMGTP]i?B?|B)?"
+_FREE = re.compile(r"^Mem:\s+" + r"\s+".join([_SIZE] * 6))
+_DF = re.compile(r"^\S+\s+" + _SIZE + r"\s+" + _SIZE + r"\s+" + _SIZE + r"\s+(\d+)%\s+(/dev/shm)\s*$")
+_UNIT_GIB = {"": 1 / 1024**3, "B": 1 / 1024**3, "K": 1 / 1024**2, "M": 1 / 1024, "G": 1.0, "T": 1024.0, "P": 1024.0**2}
+
+
+def _gib(num: str, unit: str | None, bare: str = "B") -> float:
+    u = (unit or bare).rstrip("B").rstrip("i") or bare
+    return float(num) * _UNIT_GIB.get(u[:1], 1.0)
+
+
+class Snapshots:
+    def __init__(self) -> None:
+        self.gpus: list[dict[str, Any]] = []
+        self.shm: dict[str, Any] | None = None
+        self.host_mem: dict[str, Any] | None = None
+        self._smi_gpu: tuple[int, str] | None = None
+
+    def feed(self, lineno: int, s: str) -> bool:
+        t = s.strip()
+        if t.startswith("|"):
+            m = _SMI_NAME.match(t)
+            if m:
+                self._smi_gpu = (int(m.group(1)), m.group(2).strip())
+                return True
+            if self._smi_gpu is not None and "MiB" in t:
+                m = _SMI_USE.search(t)
+                if m:
+                    idx, name = self._smi_gpu
+                    self.gpus.append({"index": idx, "name": name, "mem_used_gib": int(m.group(1)) / 1024,
+                                      "mem_total_gib": int(m.group(2)) / 1024,
+                                      "util_pct": None if m.group(3) == "N/A" else int(m.group(3)), "line": lineno})
+                    self._smi_gpu = None
+                    return True
+            return False
+        if "MB" in t and "%" in t and "|" in t:
+            m = _GPUSTAT.match(t)
+            if m:
+                idx = int(m.group(1)) if m.group(1) else len(self.gpus)
+                self.gpus.append({"index": idx, "name": m.group(2).strip(), "util_pct": int(m.group(4)),
+                                  "mem_used_gib": int(m.group(5)) / 1024, "mem_total_gib": int(m.group(6)) / 1024,
+                                  "line": lineno})
+                return True
+            return False
+        if t.startswith("Mem:"):
+            m = _FREE.match(t)
+            if m:
+                g = m.groups()
+                self.host_mem = {"total_gib": _gib(g[0], g[1], "K"), "available_gib": _gib(g[10], g[11], "K"), "line": lineno}
+                return True
+            return False
+        if t.endswith("/dev/shm"):
+            m = _DF.match(t)
+            if m:
+                g = m.groups()
+                self.shm = {"size_gib": _gib(g[0], g[1], "K"), "used_gib": _gib(g[2], g[3], "K"), "use_pct": int(g[6]),
+                            "line": lineno}
+                return True
+        return False
+
+    def result(self) -> dict[str, Any] | None:
+        if not (self.gpus or self.shm or self.host_mem):
+            return None
+        return {"gpus": self.gpus, "shm": self.shm, "host_mem": self.host_mem}
+
+
+__all__ = ["Snapshots"]
