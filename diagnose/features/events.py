@@ -141,10 +141,11 @@ def _live(ctx: Ctx):
 
 _CONFIG_ERRORS = [
     ("deepspeed_device_map", ("DeepSpeed is not compatible with `device_map`", "DeepSpeed is not compatible with device_map",
-                              "DeepSpeed is not compatible with MP")),
+                              "DeepSpeed is not compatible with MP", "DeepSpeed Zero-3 is not compatible with `low_cpu_mem_usage")),
     ("device_map_distributed", ("loaded with `device_map='auto'` in any distributed mode",)),
     ("invalid_flag_value", ("is not a valid",)),
-    ("packing_needs_flash", ('"packing" feature requires a flash attention', "packing\" needs to be used in conjunction")),
+    ("packing_needs_flash", ('"packing" feature requires a flash attention', "packing\" needs to be used in conjunction",
+                             "You are using packing, but the attention implementation is not set to")),
     ("padding_free_needs_flash", ('"padding_free" feature requires a flash attention', "padding_free\" needs to be used in conjunction")),
     ("packing_lazy_tokenize", ("Packing and lazy_tokenize are incompatible",)),
     ("streaming_lazy_tokenize", ("Streaming and lazy_tokenize are incompatible",)),

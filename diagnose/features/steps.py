@@ -297,7 +297,10 @@ def _ms(row: dict, *names: str) -> float | None:
 def _osf(ctx: Ctx):
     fr, lines = [], []
     for r in ctx.run.timers:
-        f, b, s = _ms(r, "forward", "forward_microstep"), _ms(r, "backward", "backward_microstep"), _ms(r, "step", "step_microstep")
+        # names: deepspeed/utils/timer.py ('fwd', 'bwd', 'step'; 'forward', 'backward' in older releases)
+        f = _ms(r, "fwd", "forward", "fwd_microstep", "forward_microstep")
+        b = _ms(r, "bwd", "backward", "bwd_microstep", "backward_microstep")
+        s = _ms(r, "step", "step_microstep")
         if f is None or b is None or s is None or f + b + s <= 0:
             continue
         fr.append(s / (f + b + s))

@@ -76,6 +76,13 @@ def _signal_detail(m: re.Match[str], line: str) -> dict[str, Any]:
         d["name"] = "SIG" + name.group(1)
     elif "KeyboardInterrupt" in line:
         d["name"] = "SIGINT"
+    elif line.strip() == "Terminated":
+        d["name"] = "SIGTERM"
+    elif line.strip() == "Hangup":
+        d["name"] = "SIGHUP"
+    elif "CANCELLED AT" in line:
+        why = re.search(r"DUE TO ([A-Z ]+?)\s*\*", line)
+        d["name"] = "Slurm cancelled the job" + (f" ({why.group(1).lower()})" if why else "")
     return d
 
 
