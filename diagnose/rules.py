@@ -196,7 +196,15 @@ def apply_overrides(rules: list[Rule], overrides: list[str] | None) -> None:
             if param not in r.params:
                 raise RuleError(f"--param {ov!r}: rule {r.id} has no parameter '{param}'",
                                 hint="parameters: " + (", ".join(r.params) or "none"))
-            r.params[param] = _coerce(val)
+            new = _coerce(val)
+            old = r.params[param]
+            number = isinstance(old, (int, float)) and not isinstance(old, bool)
+            if number and (isinstance(new, bool) or not isinstance(new, (int, float))):
+                raise RuleError(f"--param {ov!r}: {r.id}.{param} takes a number, got {val!r}",
+                                hint=f"e.g. {r.id}.{param}={old}")
+            if isinstance(old, bool) and not isinstance(new, bool):
+                raise RuleError(f"--param {ov!r}: {r.id}.{param} takes true or false, got {val!r}")
+            r.params[param] = new
 
 
 def load_rules(directory: Path | None = None, overrides: list[str] | None = None) -> list[Rule]:

@@ -155,3 +155,47 @@ def test_rules_and_explain_commands():
     p = swiftdoc("explain", "XX999")
     assert p.returncode == 2
     _one_line_error(p)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["analyze", "fixtures/nan_4x", "--param", "DL001.max_util=abc"], b"takes a number"),
+    (["analyze", "fixtures/nan_4x", "--gpu", "V100X"], b"unknown --gpu"),
+    (["analyze", "fixtures/nan_4x", "--gpu", "A100-FOO"], b"unknown --gpu"),
+    (["rules", "--category", "foo"], b"unknown --category"),
+])
+def test_mistyped_values_are_errors_with_a_hint(args, needle):
+    p = swiftdoc(*args)
+    assert p.returncode == 2, p.stdout[-300:]
+    _one_line_error(p)
+    assert needle in p.stderr and b"hint: " in p.stderr
+
+
+def test_product_names_and_new_cards_are_known_gpus():
+    from diagnose.features.gpu import gpu_from_flag
+
+    assert gpu_from_flag("NVIDIA A100-SXM4-80GB") == "A100-80GB"
+    assert gpu_from_flag("NVIDIA GeForce RTX 4090") == "RTX4090"
+    assert gpu_from_flag("L4") == "L4" and gpu_from_flag("h100 pcie") == "H100-PCIE"
+
+
+def test_lint_refuses_a_deepspeed_config(tmp_path):
+    ds = tmp_path / "ds_z3.json"
+    ds.write_text('{"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 3}}')
+    p = swiftdoc("lint", str(ds), "--no-swift-check")
+    assert p.returncode == 2
+    _one_line_error(p)
+    assert b"DeepSpeed config" in p.stderr
+
+
+def test_newer_minor_in_a_log_uses_the_nearest_table(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_bytes((ROOT / "fixtures" / "nan_4x" / "train.log").read_bytes().replace(b"__version__: 4.6.0", b"__version__: 4.7.0"))
+    p = swiftdoc("patch", "--log", str(log))
+    assert p.returncode == 0, p.stderr
+    assert b"4.7.0 has no flag table, using the nearest known 4.6" in p.stdout
+
+
+def test_args_json_alone_is_not_an_interruption():
+    out = json.loads(swiftdoc("analyze", str(ROOT / "fixtures" / "nan_4x" / "args.json"), "--format", "json").stdout)
+    assert out["primary"]["category"] != "interrupted"
+    assert not any(f["rule"].startswith("INT") for f in out["findings"])

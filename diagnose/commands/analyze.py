@@ -51,10 +51,10 @@ def _samples(args: argparse.Namespace, output_dir: str | None) -> dict | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from diagnose.features.gpu import GPUS, normalize_gpu
+    from diagnose.features.gpu import GPUS, gpu_from_flag
     from diagnose.pipeline import AnalyzeOptions, analyze_run
 
-    if args.gpu and normalize_gpu(args.gpu) is None:
+    if args.gpu and gpu_from_flag(args.gpu) is None:
         raise UsageError(f"unknown --gpu '{args.gpu}'", hint="known: " + ", ".join(GPUS))
     r = read_run(args.inputs)
     diag = analyze_run(r, samples=_samples(args, r.output_dir),

@@ -51,6 +51,8 @@ def run(args: argparse.Namespace) -> int:
     version, how = choose_version(args.swift_version, run_)
     sf = read_script(args.script)
     is_config = sf.path.suffix.lower() in (".yaml", ".yml", ".json")
+    if is_config:
+        _refuse_foreign_config(sf)
     text = f"swift sft {sf.path.name}\n" if is_config else sf.text
     launch = read_launch(text, base_dir=sf.path.parent, select_line=None if is_config else args.line)
     effects = ("safe", "changes-training") if args.unsafe_fixes else ("safe",)
@@ -125,3 +127,34 @@ def _check_current(launch, plan, args) -> str | None:
     if res is None:
         return None
     return res.message()
+
+
+# keys only a DeepSpeed config has at its top level (deepspeed/runtime/config.py, constants.py)
+_DEEPSPEED_KEYS = {"zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size", "gradient_clipping",
+                   "zero_allow_untested_optimizer", "wall_clock_breakdown", "steps_per_print", "activation_checkpointing"}
+_ACCELERATE_KEYS = {"compute_environment", "distributed_type", "deepspeed_config", "num_machines", "mixed_precision"}
+
+
+def _refuse_foreign_config(sf) -> None:
+    """A DeepSpeed or accelerate config is not an ms-swift config: reading it as flags gives nonsense errors."""
+    from diagnose.errors import UsageError
+
+    data = None
+    try:
+        if sf.path.suffix.lower() == ".json":
+            data = json.loads(sf.text)
+        else:
+            import yaml
+
+            data = yaml.safe_load(sf.text)
+    except Exception:  # noqa: BLE001 - unreadable configs are reported by the config reader itself
+        return
+    if not isinstance(data, dict):
+        return
+    keys = set(data)
+    if len(keys & _DEEPSPEED_KEYS) >= 1 and not keys & {"model", "dataset", "tuner_type", "train_type"}:
+        raise UsageError(f"{sf.path.name} is a DeepSpeed config, not a launch script or an ms-swift config",
+                         hint=f"lint the script that passes it (`--deepspeed {sf.path.name}`)")
+    if len(keys & _ACCELERATE_KEYS) >= 2:
+        raise UsageError(f"{sf.path.name} is an accelerate config, not a launch script or an ms-swift config",
+                         hint="lint the script that launches the training")

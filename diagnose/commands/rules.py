@@ -10,13 +10,19 @@ HELP = "list the rules"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=["text", "json"], default="text")
-    parser.add_argument("--category", help="only this category")
+    parser.add_argument("--category", help="only this category (oom, nan, nccl, bus_error, data_loading, memory_bandwidth, "
+                                           "config, interrupted, unknown)")
 
 
 def run(args: argparse.Namespace) -> int:
+    from diagnose.errors import UsageError
     from diagnose.rules import load_rules
 
-    rules = [r for r in load_rules() if not args.category or r.category == args.category]
+    every = load_rules()
+    cats = sorted({r.category for r in every})
+    if args.category and args.category not in cats:
+        raise UsageError(f"unknown --category {args.category!r}", hint="categories: " + ", ".join(cats))
+    rules = [r for r in every if not args.category or r.category == args.category]
     if args.format == "json":
         json.dump([r.model_dump(mode="json", by_alias=True) for r in rules], sys.stdout, ensure_ascii=False)
         sys.stdout.write("\n")

@@ -29,6 +29,7 @@ GPUS: dict[str, tuple[float, float, bool]] = {
     "A6000": (48.0, 155.0, True),
     "A40": (48.0, 150.0, True),
     "A10": (24.0, 125.0, True),
+    "L4": (24.0, 121.0, True),
     "RTX4090": (24.0, 165.0, True),
     "RTX4080": (16.0, 97.0, True),
     "RTX3090": (24.0, 71.0, True),
@@ -59,6 +60,26 @@ def normalize_gpu(name: str) -> str | None:
     if m:
         return _ALIASES.get(m.group(1)) or normalize_gpu(m.group(1))
     return None
+
+
+# what may surround the model in a product name: form factors, memory, generations
+_DECOR = re.compile(r"^(?:SXM\d?|PCIE|HBM\d?E?|NVL|TESLA|RTX|ADA|GENERATION|GEN|\d+GB|\d+G|MIG.*)$")
+
+
+def gpu_from_flag(name: str) -> str | None:
+    """A GPUS key for a name a user typed (--gpu): the table's names, their aliases and full product names
+    ('NVIDIA A100-SXM4-80GB', 'RTX 4090'); None for anything with a part that is neither the model nor a
+    known decoration ('V100X', 'A100-FOO'), so a typo is an error, never a silent near match."""
+    key = normalize_gpu(name)
+    if key is None:
+        return None
+    s = name.upper().replace("NVIDIA", " ").replace("GEFORCE", " ")
+    parts = [p for p in re.split(r"[\s_-]+", s) if p]
+    base = key.split("-")[0].replace("RTX", "")
+    rest = [p for p in parts if p.replace("RTX", "") != base and p != key.replace("-", "") and not _DECOR.match(p)]
+    if key.endswith("GB"):  # 'A100-80GB': the size is part of the key, already matched
+        rest = [p for p in rest if p != key.split("-")[1]]
+    return None if rest else key
 
 
 def _gpu_key(ctx: Ctx) -> str | None:

@@ -3,7 +3,8 @@
 Contract:
 - `choose_version(explicit, run) -> (version_spec, how)`: `--swift-version`,
   else the version detected in the log, else the installed ms-swift, else the
-  newest flag table (said so).  Raises `UsageError` for a version without a table.
+  newest flag table (said so).  A detected version without a table of its own (a newer 4.7.0) takes the
+  nearest table of its major, said so in `how`; `UsageError` for an explicit one or an unknown major.
 - `swift_check(plan, enabled) -> str | None`: one line about ms-swift's own
   parser on the plan's argv (a `Problem` is added when it rejects it); None when
   disabled or ms-swift is not installed.
@@ -47,8 +48,26 @@ def choose_version(explicit: str | None, run: Any = None) -> tuple[str, str]:
     try:
         table_for(spec)
     except UnknownVersion as e:
-        raise UsageError(f"ms-swift version {spec!r} ({how}) has no flag table", hint=str(e).split("; ", 1)[-1]) from None
+        near = nearest_table(spec)
+        if near is None or explicit:
+            raise UsageError(f"ms-swift version {spec!r} ({how}) has no flag table", hint=str(e).split("; ", 1)[-1]) from None
+        return near, (f"{how}: {spec} has no flag table, using the nearest known {near} "
+                      f"(flags added or renamed after {near} are not known to swiftdoc)")
     return spec, how
+
+
+def nearest_table(spec: str) -> str | None:
+    """The known table closest to a concrete version of a known major (a newer 4.7.0 -> 4.6.x), else None."""
+    from diagnose.flags.versions import available_versions, vkey
+
+    try:
+        want = vkey(spec.strip().lstrip("v"))
+    except ValueError:
+        return None
+    same = [v for v in available_versions() if vkey(v)[0] == want[0]]
+    if not same:
+        return None
+    return min(same, key=lambda v: (abs(vkey(v)[1] - want[1]), abs(vkey(v)[2] - want[2]), -vkey(v)[1]))
 
 
 def swift_check(plan: PatchPlan, enabled: bool) -> str | None:
