@@ -29,7 +29,7 @@ def lint(*args: str) -> subprocess.CompletedProcess:
 def problems(script: str, version: str = "4.6.0") -> list[dict]:
     p = lint(str(SCRIPTS / script), "--swift-version", version, "--format", "json")
     assert p.returncode in (0, 1), p.stderr
-    return json.loads(p.stdout)["problems"]
+    return json.loads(p.stdout)["files"][0]["problems"]
 
 
 # (script, line, flag, replacement text that must appear in the message)
@@ -161,5 +161,5 @@ def test_crlf_is_reported_and_kept(tmp_path):
 def test_lint_version_from_the_log():
     p = lint(str(SCRIPTS / "seed000_baseline.sh"), "--log", str(ROOT / "fixtures" / "synthetic_3125_nccl_timeout"),
              "--format", "json")
-    out = json.loads(p.stdout)
+    out = json.loads(p.stdout)["files"][0]
     assert out["version"] == "3.12.4" and not [x for x in out["problems"] if x["severity"] == "error"]

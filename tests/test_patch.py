@@ -232,7 +232,7 @@ def test_config_file_is_expanded_like_ms_swift():
 
 def test_broken_continuations_are_named_by_line():
     L = read_launch((SCRIPTS / "seed001_fsdp.sh").read_text())
-    msgs = [m for ln, sev, m in L.problems if sev == "error"]
+    msgs = [m for ln, sev, m, _code in L.problems if sev == "error"]
     assert any("ends on line 10" in m and "--fsdp" in m for m in msgs)
     assert "--fsdp" in L.argv  # joined back: what the author meant
 

@@ -160,8 +160,17 @@ class _ScriptEditor:
                 return [srcs[i].word for i in [o.index, *o.value_indexes] if srcs[i].word is not None]  # type: ignore
         return None
 
-    def replace(self, words: list[Word], tokens: list[str]) -> None:
+    def replace(self, words: list[Word], tokens: list[str], ch: Change | None = None) -> None:
         flag_w, vals = words[0], words[1:]
+        if ch is not None and self._rename_only(flag_w, vals, tokens, ch):
+            return
+        dyn = [w for w in vals if w.dynamic] or ([flag_w] if flag_w.dynamic and "=" in flag_w.value else [])
+        if dyn and [w.value for w in vals] != tokens[1:]:
+            # the value is an expression ($VAR, "${X}", $(...)): a literal in its place would fix one branch of the
+            # script and silently change the others
+            raise UnsafeEdit(f"line {dyn[0].line}: the value of {flag_w.value.split('=')[0]} is {dyn[0].text}, an expression; "
+                             f"a fix would replace it with one literal value",
+                             hint=f"change it by hand to: {' '.join(tokens)}")
         like = next((w.quoted for w in vals if w.quoted in ("'", '"')), "")
         new_flag = tokens[0]
         if "=" in flag_w.value and flag_w.value.startswith("--"):  # --k=v form
@@ -183,6 +192,22 @@ class _ScriptEditor:
         else:
             end = vals[-1].end if vals else flag_w.end
             self.edits.append(_Edit(flag_w.start, end, " ".join([new_flag, *new_vals])))
+
+    def _rename_only(self, flag_w: Word, vals: list[Word], tokens: list[str], ch: Change) -> bool:
+        """A renamed flag with its value unchanged: edit the flag's name and keep every value byte as written."""
+        if not ch.old_flag or ch.old != ch.new or not tokens or not tokens[0].startswith("--"):
+            return False
+        new_name = tokens[0].split("=", 1)[0]
+        if flag_w.value.startswith("--") and "=" in flag_w.value:  # --old=$X: the name part only
+            name_end = flag_w.text.find("=")
+            if name_end < 0:
+                return False
+            self.edits.append(_Edit(flag_w.start, flag_w.start + name_end, new_name))
+            return True
+        if flag_w.quoted or flag_w.dynamic:
+            return False
+        self.edits.append(_Edit(flag_w.start, flag_w.end, new_name))
+        return True
 
     @staticmethod
     def _quote_eq(tok: str, like_word: Word) -> str:
@@ -424,7 +449,7 @@ def edits_for(launch: Launch, plan: PatchPlan, script_path: Path | None = None) 
             continue
         o = by_index.get(at)
         if tokens:
-            ed.replace(words, tokens)
+            ed.replace(words, tokens, ch)
         elif o is not None:
             ed.remove(words)
     ed.fix_tail()

@@ -89,11 +89,13 @@ class Launch:
     torchrun_opts: dict[str, tuple[Word, Word | None]] = field(default_factory=dict)
     joined: list[SimpleCommand] = field(default_factory=list)  # orphan `--flag` lines joined back (broken continuation)
     unsafe: list[tuple[int, str]] = field(default_factory=list)
-    problems: list[tuple[int, str, str]] = field(default_factory=list)  # (line, severity, message)
+    problems: list[tuple[int, str, str, str]] = field(default_factory=list)  # (line, severity, message, code slug)
     variables: dict[str, str] = field(default_factory=dict)
     line: int = 0
     end_line: int = 0
     others: list[tuple[int, str]] = field(default_factory=list)  # other swift commands (line, what)
+    array_words: list[Word] = field(default_factory=list)  # "${ARGS[@]}" words expanded from a script array
+    unknown_argv: list[str] = field(default_factory=list)  # argv words whose value the script does not give
 
     @property
     def editable(self) -> bool:
@@ -247,6 +249,16 @@ def _scan_inner(text: str) -> bool:
     return bool(re.search(r"(?:^|[\s;&|(`])(?:\S*/)?(?:swift|megatron)\s+(?:sft|pt|rlhf)\b|swift/cli/(?:_megatron/)?(?:sft|pt|rlhf)\.py|-m\s+swift\.cli\.", text))
 
 
+def training_command_lines(text: str) -> list[int]:
+    """First lines of every swift training command written as a plain command of the script, in order."""
+    out = []
+    for c in lex_script(text).commands:
+        d = detect(c.words)
+        if d is not None and d[1].replace("megatron_", "") in TRAINING:
+            out.append(c.first_line)
+    return out
+
+
 def read_launch(text: str, base_dir: Path | None = None, select_line: int | None = None) -> Launch:
     script = lex_script(text)
     found: list[tuple[int, SimpleCommand, tuple[str, str, int, int]]] = []
@@ -334,7 +346,7 @@ def _shift(launch: Launch, off: int) -> None:
     for d in launch.env.values():
         if d.kind != "config":
             d.line += off
-    launch.problems = [(ln + off, sev, msg) for ln, sev, msg in launch.problems]
+    launch.problems = [(ln + off, sev, msg, code) for ln, sev, msg, code in launch.problems]
 
 
 def _build(script: Script, k: int, cmd: SimpleCommand, d: tuple[str, str, int, int], base_dir: Path | None) -> Launch:
@@ -362,7 +374,7 @@ def _build(script: Script, k: int, cmd: SimpleCommand, d: tuple[str, str, int, i
         launch.problems.append((nxt.first_line, "error",
                                 f"the swift command ends on line {script.line_of(prev.end - 1)} ({reason}); lines "
                                 f"{nxt.first_line}-{script.line_of(nxt.end - 1)} run as a separate command, so "
-                                f"ms-swift never sees {nxt.words[0].value} and the flags after it"))
+                                f"ms-swift never sees {nxt.words[0].value} and the flags after it", "broken-continuation"))
         launch.joined.append(nxt)
         argv_words.extend(nxt.words)
         prev = nxt
@@ -374,7 +386,8 @@ def _build(script: Script, k: int, cmd: SimpleCommand, d: tuple[str, str, int, i
     for w in argv_words:
         if w.escaped_space_only and id(w) not in broken_lasts:
             launch.problems.append((w.line, "error", "`\\ ` followed by a blank passes a space as an argument and "
-                                                     "does not continue the line (the comment after it ends the command)"))
+                                                     "does not continue the line (the comment after it ends the command)",
+                                      "escaped-blank"))
     # variables and environment visible before the command
     variables: dict[str, str] = {}
     env: dict[str, EnvDef] = {}
@@ -387,7 +400,7 @@ def _build(script: Script, k: int, cmd: SimpleCommand, d: tuple[str, str, int, i
             allexport = True
         if w0 in ("source", ".") and len(c.words) > 1:
             launch.problems.append((c.first_line, "info", f"environment from `{c.words[0].value} {c.words[1].value}` "
-                                                          "is not read; its variables are unknown here"))
+                                                          "is not read; its variables are unknown here", "sourced-env"))
         if w0 in ("export", "declare", "typeset") and (w0 == "export" or any(w.value == "-x" for w in c.words[1:])):
             for w in c.words[1:]:
                 if is_assignment(w):
@@ -420,7 +433,7 @@ def _build(script: Script, k: int, cmd: SimpleCommand, d: tuple[str, str, int, i
             if (name in TORCHRUN_ENV.values() and cli_reads_env) or name.startswith(
                     ("NCCL_", "CUDA_VISIBLE", "PYTORCH_", "MAX_PIXELS", "OMP_NUM", "USE_HF", "FPS_", "VIDEO_")):
                 launch.problems.append((dfn.line, "warning", f"{name} is set on line {dfn.line} but not exported: "
-                                                             "the swift process never sees it (use `export`)"))
+                                                             "the swift process never sees it (use `export`)", "not-exported"))
             del env[name]
     for w in prefix:
         name, _, val = w.value.partition("=")
@@ -441,7 +454,7 @@ def _build(script: Script, k: int, cmd: SimpleCommand, d: tuple[str, str, int, i
         launch.config = cfg
         if cfg.data is None:
             launch.problems.append((rest[0].line, "warning", f"config file {rest[0].value} not found next to the "
-                                                             "script; its flags are not checked"))
+                                                             "script; its flags are not checked", "config-missing"))
         else:
             toks, keys, cenv = config_argv(cfg.data)
             argv.extend(toks)
@@ -450,10 +463,23 @@ def _build(script: Script, k: int, cmd: SimpleCommand, d: tuple[str, str, int, i
                 if name not in env:  # ms-swift: ENV applies only when the variable is not already set
                     env[name] = EnvDef(name, val, "config", cfg.key_lines.get("ENV", 0), file=cfg.name)
         rest = rest[1:]
+    arrays = _arrays_before(script, cmd.start)
     for w in rest:
         if w.escaped_space_only:
             continue  # reported above; bash ends the command there, the blank is not meant as an argument
-        argv.append(expand(w.value, variables))
+        m = _ARRAY_REF.match(w.value) if w.dynamic else None
+        if m and m.group(1) in arrays:  # "${ARGS[@]}": the array's elements, each editable where it is written
+            for el in arrays[m.group(1)]:
+                argv.append(expand(el.value, variables))
+                sources.append(Source("script", word=el, line=el.line))
+            launch.array_words.append(w)
+            continue
+        value = expand(w.value, variables)
+        if w.dynamic and ("$" in value or "`" in value):
+            launch.problems.append((w.line, "warning", f"{w.text} has no value known from the script alone (set outside "
+                                                       "it, computed, or a loop variable): what it passes is not checked", "unknown-argv"))
+            launch.unknown_argv.append(w.text)
+        argv.append(value)
         sources.append(Source("script", word=w, line=w.line))
     launch.argv = argv
     launch.sources = sources
@@ -461,10 +487,26 @@ def _build(script: Script, k: int, cmd: SimpleCommand, d: tuple[str, str, int, i
     if script.crlf:
         launch.problems.append((1, "warning", "Windows (CRLF) line endings: bash on Linux reads the `\\r` as part of "
                                               "each line, so `\\` no longer continues it; convert with dos2unix "
-                                              "before running it there"))
+                                              "before running it there", "crlf"))
     for ln, msg in script.problems:
-        launch.problems.append((ln, "warning", msg))
+        launch.problems.append((ln, "warning", msg, "shell"))
     return launch
+
+
+_ARRAY_REF = re.compile(r"^\$\{(\w+)\[[@*]\]\}$")
+
+
+def _arrays_before(script: Script, offset: int) -> dict[str, list[Word]]:
+    """Bash arrays assigned before `offset` (`NAME=(...)` resets, `NAME+=(...)` appends), outside loops and branches."""
+    out: dict[str, list[Word]] = {}
+    for a in script.arrays:
+        if a.end > offset:
+            break
+        if any(c in ("loop", "case", "if", "function") for c in a.context):
+            out.pop(a.name, None)  # which branch ran is not known statically
+            continue
+        out[a.name] = (out.get(a.name, []) if a.append else []) + list(a.words)
+    return out
 
 
 def _break_reason(script: Script, prev: SimpleCommand) -> str:

@@ -35,7 +35,7 @@ Contract: `plan_patch(argv, env, remedies, version, ...) -> PatchPlan` is pure
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from diagnose.diagnosis import Diagnosis, Dropped, merge_remedies, remedy_target
 from diagnose.engine import Finding, RemedyOp
@@ -328,6 +328,7 @@ class _Planner:
         self._explicit: list[Request] = []
         self.env_lines: dict[str, int] = {}
         self.fix_effects: set[str] = {"safe", "changes-training"}
+        self.fix_codes: Callable[[str], bool] | None = None
 
     # -- helpers
     def line_of(self, where: tuple[str, int] | None) -> tuple[int | None, str | None]:
@@ -406,7 +407,7 @@ class _Planner:
                 line = self.env_lines[f.env_name]
             flag = f.occ.flag if f.occ is not None else None
             fixable = (f.tokens is not None or f.env or f.requests) and f.severity in allowed \
-                and (f.effect in self.fix_effects)
+                and (f.effect in self.fix_effects) and (self.fix_codes is None or self.fix_codes(f.problem_code))
             self.problem(f.message, severity=f.severity, flag=flag, line=line, code=f.problem_code,
                          fix=f.fix if f.fix else None, file=file, fixed=bool(fixable),
                          fix_effect=f.effect if f.fix else None)
@@ -806,8 +807,8 @@ def plan_patch(argv: list[str], env: dict[str, str] | None = None,
                world_size: int | None = None, only_safe: bool = False, keep_global: bool = True, fix: str = "error",
                launcher: str = "swift", sources: list[tuple[int | None, str | None]] | None = None,
                explicit: Sequence[Request] = (), version_source: str = "", config_file: bool = False,
-               env_lines: dict[str, int] | None = None, fix_effects: Iterable[str] = ("safe", "changes-training")
-               ) -> PatchPlan:
+               env_lines: dict[str, int] | None = None, fix_effects: Iterable[str] = ("safe", "changes-training"),
+               fix_codes: Callable[[str], bool] | None = None) -> PatchPlan:
     """Plan the changes to one launch command; see the module docstring."""
     from diagnose.flags import table_for
 
@@ -822,6 +823,7 @@ def plan_patch(argv: list[str], env: dict[str, str] | None = None,
     pl._explicit = list(explicit)
     pl.env_lines = dict(env_lines or {})
     pl.fix_effects = set(fix_effects)
+    pl.fix_codes = fix_codes  # lint --select/--ignore: fix only the problems that are reported
     if only_safe:
         pl.fix_effects.discard("changes-training")
     pl.plan.version_source = version_source

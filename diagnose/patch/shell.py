@@ -14,6 +14,8 @@ What the reader understands, the way bash does:
   newlines as command separators; redirections (`> f`, `2>&1`, `&>f`, `<f`) are
   kept apart from the words;
 - heredocs (`<<EOF`, `<<-'EOF'`): their bodies are recorded, never read as commands;
+- array assignments (`ARGS=( ... )`, `ARGS+=( ... )`, over several lines, with comments): recorded in
+  `Script.arrays` with each element's word and span, never read as a subshell;
 - compound commands (for/while/until/select loops, if, case, functions,
   `{ }` groups, `( )` subshells): every simple command records the constructs
   it sits in (`SimpleCommand.context`).
@@ -29,6 +31,7 @@ _OPS = ("&&", "||", ";;", "|&", ";", "|", "&")
 _KEYWORDS_OPEN = {"for": "loop", "while": "loop", "until": "loop", "select": "loop", "if": "if", "case": "case"}
 _KEYWORDS_CLOSE = {"done": "loop", "fi": "if", "esac": "case"}
 _KEYWORDS_MID = {"do", "then", "else", "elif", "in", "!", "time"}
+_ARRAY_HEAD = __import__("re").compile(r"^(?:declare\s+-a\s+)?([A-Za-z_]\w*)(\+?)=$")
 
 
 @dataclass
@@ -76,6 +79,19 @@ class SimpleCommand:
 
 
 @dataclass
+class ArrayAssign:
+    """`NAME=( ... )` / `NAME+=( ... )`: a bash array, its element words with their exact spans."""
+
+    name: str
+    words: list[Word]
+    line: int
+    start: int  # offset of `NAME=`
+    end: int  # offset just after the closing `)`
+    append: bool = False
+    context: list[str] = field(default_factory=list)
+
+
+@dataclass
 class Comment:
     start: int
     end: int
@@ -93,6 +109,7 @@ class Script:
     crlf: bool
     continuations: list[int]  # offsets of every `\` that continues a line
     problems: list[tuple[int, str]] = field(default_factory=list)  # (line, message) reader-level issues
+    arrays: list[ArrayAssign] = field(default_factory=list)  # array assignments, in script order
 
     def line_of(self, offset: int) -> int:
         import bisect
@@ -133,6 +150,7 @@ class _Lexer:
         self.heredocs: list[tuple[int, int, str]] = []
         self.continuations: list[int] = []
         self.problems: list[tuple[int, str]] = []
+        self.arrays: list[ArrayAssign] = []
         self.stack: list[str] = []
         self.cur = SimpleCommand()
         self.pending_heredocs: list[tuple[str, bool]] = []  # (delimiter, strip tabs)
@@ -272,6 +290,12 @@ class _Lexer:
 
     def _paren(self, ch: str) -> None:
         self.i += 1
+        if ch == "(" and self.cur.words and self.cur.words[-1].end == self.i - 1:
+            w = self.cur.words[-1]
+            m = _ARRAY_HEAD.match(w.text)
+            if m:  # `ARGS=(` : an array assignment, not a subshell
+                self._array(w, m.group(1), bool(m.group(2)))
+                return
         if ch == "(":
             if self.cur.words and self.t.startswith(")", self.i):  # `name()` function definition
                 self.cur.words[-1].value += "()"
@@ -285,6 +309,35 @@ class _Lexer:
             self._finish(")")
             if self.stack and self.stack[-1] == "subshell":
                 self.stack.pop()
+
+    def _array(self, head: Word, name: str, append: bool) -> None:
+        """Read the elements up to the closing `)`: newlines and comments inside do not end the command."""
+        t, n = self.t, self.n
+        words: list[Word] = []
+        while self.i < n:
+            ch = t[self.i]
+            if ch in " \t\n" or (ch == "\r" and t.startswith("\r\n", self.i)):
+                self.i += 1
+                continue
+            if ch == "\\" and self._continuation_at(self.i):
+                self._eat_continuation()
+                continue
+            if ch == "#":
+                e = t.find("\n", self.i)
+                self.i = n if e == -1 else e
+                continue
+            if ch == ")":
+                self.i += 1
+                break
+            w = self._word(collect=False)
+            if w is None:  # an operator character inside: not an array we can read
+                self.problems.append((head.line, f"array {name} holds something that is not a plain word"))
+                self.i += 1
+                continue
+            words.append(w)
+        head.text = t[head.start:self.i]
+        head.end = self.i
+        self.arrays.append(ArrayAssign(name, words, head.line, head.start, self.i, append, list(self.stack)))
 
     def _redirect_ahead(self) -> bool:
         j = self.i
@@ -486,7 +539,8 @@ def lex_script(text: str) -> Script:
     lx.run()
     crlf = "\r\n" in text and text.count("\r\n") >= text.count("\n") / 2
     return Script(text=text, commands=lx.commands, comments=lx.comments, heredocs=lx.heredocs,
-                  line_starts=lx.line_starts, crlf=crlf, continuations=lx.continuations, problems=lx.problems)
+                  line_starts=lx.line_starts, crlf=crlf, continuations=lx.continuations, problems=lx.problems,
+                  arrays=lx.arrays)
 
 
 def is_assignment(word: Word) -> bool:

@@ -76,7 +76,7 @@ def plan_for_launch(launch: Launch, remedies: Any = None, version: str = "4.x", 
     env_lines = {k: d.line for k, d in launch.env.items() if d.line}
     plan = plan_patch(launch.argv, env, remedies, version, command=launch.subcommand, sources=sources,
                       launcher=launcher_of(launch), config_file=launch.config is not None, env_lines=env_lines, **kw)
-    extra = [Problem(line=ln, message=msg, severity=sev, code="script") for ln, sev, msg in launch.problems]  # type: ignore[arg-type]
+    extra = [Problem(line=ln, message=msg, severity=sev, code=code) for ln, sev, msg, code in launch.problems]  # type: ignore[arg-type]
     extra += [Problem(line=ln, message=f"not edited automatically: {why}", severity="warning", code="unsafe")
               for ln, why in launch.unsafe]
     plan.problems = sorted(extra + plan.problems, key=lambda p: (p.line is None, p.line or 0))

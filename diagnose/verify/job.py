@@ -186,7 +186,7 @@ def _from_launch(launch: Any, where: str, swift: str, version: str | None, cwd: 
                      + ("(NPROC_PER_NODE/NNODES from its options)" if launch.kind == "torchrun" else ""))
     if launch.config is not None:
         notes.append(f"flags from the config file {launch.config.name} are passed on the command line")
-    for ln, sev, msg in launch.problems:
+    for ln, sev, msg, _code in launch.problems:
         if sev == "error":
             notes.append(f"{where.split(' line')[0]} line {ln}: {msg}")
     return Job(command=sub, argv=list(launch.argv), env=env, swift=swift, version=v, version_source=how, cwd=cwd,
