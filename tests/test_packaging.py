@@ -38,6 +38,7 @@ def test_wheel_carries_rules_and_flag_tables(wheel):
     on_disk = sorted(p.name for p in (ROOT / "diagnose" / "rules_data").glob("*.yaml"))
     assert sorted(Path(n).name for n in rules) == on_disk
     assert any(n.startswith("diagnose/flags/data/") for n in names)
+    assert "diagnose/parse/signatures.yaml" in names  # the signature table is data too
 
 
 def test_installed_wheel_diagnoses_outside_checkout(wheel, tmp_path):
