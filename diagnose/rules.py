@@ -243,3 +243,23 @@ def load_rules(directory: Path | None = None, overrides: list[str] | None = None
         rules.append(rule)
     apply_overrides(rules, overrides)
     return rules
+
+
+def select_rules(rules: list[Rule], select: list[str], ignore: list[str]) -> list[Rule]:
+    """`--select` / `--ignore` (ruff's way): rule ids, id prefixes (`NC`), slugs, slug prefixes (`nccl.`) or
+    categories, comma-separated; an entry that names no rule is an error with a hint."""
+    def tokens(values: list[str]) -> list[str]:
+        return [t.strip() for v in values for t in v.split(",") if t.strip()]
+
+    def hits(rule: Rule, t: str) -> bool:
+        return (t in (rule.slug, rule.category) or (t.isalnum() and rule.id.startswith(t.upper()))
+                or rule.slug.startswith(t if t.endswith(".") else t + "."))
+
+    sel, ign = tokens(select), tokens(ignore)
+    for t in sel + ign:
+        if not any(hits(r, t) for r in rules):
+            cats = sorted({r.category for r in rules})
+            raise RuleError(f"--select/--ignore {t!r} names no rule",
+                            hint="ids like OOM001 or prefixes like NC; slugs like oom.cuda; categories: " + ", ".join(cats))
+    out = [r for r in rules if not sel or any(hits(r, t) for t in sel)]
+    return [r for r in out if not any(hits(r, t) for t in ign)]

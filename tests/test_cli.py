@@ -199,3 +199,42 @@ def test_args_json_alone_is_not_an_interruption():
     out = json.loads(swiftdoc("analyze", str(ROOT / "fixtures" / "nan_4x" / "args.json"), "--format", "json").stdout)
     assert out["primary"]["category"] != "interrupted"
     assert not any(f["rule"].startswith("INT") for f in out["findings"])
+
+
+def test_analyze_select_and_ignore_by_id_slug_and_category():
+    fx = str(ROOT / "fixtures" / "nan_4x")
+
+    def rules(*a):
+        return [f["rule"] for f in json.loads(swiftdoc("analyze", fx, "--format", "json", *a).stdout)["findings"]]
+
+    every = rules()
+    assert {"NAN001", "NAN004", "NAN006"} <= set(every)
+    assert rules("--select", "NAN001") == ["NAN001"]
+    assert set(rules("--select", "nan", "--ignore", "nan.loss_masked,NAN004")) == {"NAN001"}
+    assert "NAN006" not in rules("--ignore", "nan.loss_masked")
+    p = swiftdoc("analyze", fx, "--select", "FOO")
+    assert p.returncode == 2 and b"names no rule" in p.stderr and b"hint:" in p.stderr
+
+
+def test_markdown_carries_what_the_bug_template_asks_for():
+    md = swiftdoc("analyze", str(ROOT / "fixtures" / "crash_bad_dataset_4x"), "--format", "markdown").stdout.decode()
+    assert "**Environment:** ms-swift 4.6.0" in md and "Python 3.11" in md
+    assert "**Launch command**" in md and "```bash\nswift sft " in md
+    assert "<details><summary>Decisive log lines" in md and "JSON parse error" in md.split("<details>")[1]
+    chain = md.split("**The crash, link by link**")[1].split("\n\n")[1]
+    assert chain.index("ValueError: Trailing data") < chain.index("JSON parse error") < chain.index("DatasetGenerationError")
+    fixed = swiftdoc("analyze", str(ROOT / "fixtures" / "synthetic_pasted_issue"), "--format", "markdown").stdout.decode()
+    assert "```diff" in fixed and "÷2" not in fixed.split("```diff")[1].split("```")[0]  # only real diff lines
+
+
+def test_plot_places_findings_where_they_happened():
+    from diagnose.parse import parse_run
+    from diagnose.pipeline import analyze_run
+    from diagnose.render.plot import where_it_happened
+
+    run = parse_run([str(ROOT / "fixtures" / "synthetic_pasted_issue")])
+    oom = next(f for f in analyze_run(run).findings if f.rule == "OOM001")
+    assert where_it_happened(run, oom) == 60.0  # the OOM follows step 60; its first evidence line is the dataset line
+    run = parse_run([str(ROOT / "fixtures" / "nan_4x")])
+    by = {f.rule: f for f in analyze_run(run).findings}
+    assert where_it_happened(run, by["NAN001"]) == 4.0 and where_it_happened(run, by["CFG005"]) is None

@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from diagnose.commands.common import add_input_args, read_run
+from diagnose.commands.common import add_input_args, quoted_lines, read_inputs
 from diagnose.errors import UsageError
 
 HELP = "diagnose a run"
@@ -27,6 +27,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--param", action="append", default=[], metavar="RULE.param=VALUE",
                         help="override a rule threshold, e.g. DL001.max_util=40 (repeatable)")
     parser.add_argument("--fail-on", choices=["info", "warning", "error"], help="exit 1 when a finding reaches this severity")
+    parser.add_argument("--select", action="append", default=[], metavar="RULES",
+                        help="only these rules: ids (OOM001), id prefixes (NC), slugs (oom.cuda) or categories (nccl); "
+                             "comma-separated, repeatable")
+    parser.add_argument("--ignore", action="append", default=[], metavar="RULES", help="leave these rules out (same forms)")
     parser.add_argument("--plot", metavar="FILE.png", help="write a timeline plot with the findings marked")
     parser.add_argument("--features", action="store_true", help="include every feature value in the JSON output")
 
@@ -56,9 +60,13 @@ def run(args: argparse.Namespace) -> int:
 
     if args.gpu and gpu_from_flag(args.gpu) is None:
         raise UsageError(f"unknown --gpu '{args.gpu}'", hint="known: " + ", ".join(GPUS))
-    r = read_run(args.inputs)
+    from diagnose.pipeline import get_rules
+    from diagnose.rules import select_rules
+
+    rules = select_rules(get_rules(args.param), args.select, args.ignore)
+    r, stdin = read_inputs(args.inputs)
     diag = analyze_run(r, samples=_samples(args, r.output_dir),
-                       options=AnalyzeOptions(gpu=args.gpu, cpu_cores=args.cpu_cores, params=args.param))
+                       options=AnalyzeOptions(gpu=args.gpu, cpu_cores=args.cpu_cores, params=args.param), rules=rules)
     if args.format == "json":
         from diagnose.render.analysis_json import diagnosis_json
 
@@ -67,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     elif args.format == "markdown":
         from diagnose.render.analysis_markdown import diagnosis_markdown
 
-        sys.stdout.write(diagnosis_markdown(diag, r))
+        sys.stdout.write(diagnosis_markdown(diag, r, quoted_lines(r, diag, stdin), gpu=args.gpu))
     else:
         from diagnose.render.analysis_console import print_diagnosis
 

@@ -44,10 +44,18 @@ def _causes(ctx: Ctx):
 
 
 @feature("fatal_traceback", "text",
-         "Exception that ended the run: the last traceback matching no specific signature (chained causes cited as lines).", FAMILY)
+         "Exception that ended the run: the last traceback matching no specific signature, with its chained causes "
+         "('The above exception was the direct cause ...'), innermost last.", FAMILY)
 def _tb(ctx: Ctx):
     evs = _events(ctx, "traceback")
-    return (evs[-1].text, [e.line for e in evs[-3:]]) if evs else None
+    if not evs:
+        return None
+    last = evs[-1]
+    causes = last.detail.get("causes") or []
+    text = last.text
+    if causes:  # the chain, root first: 'JSON parse error ... in row 50' is what to fix, not the wrapper
+        text += " <- caused by: " + " <- ".join(c["text"] for c in reversed(causes))
+    return text, [c["line"] for c in causes][-2:] + [last.line]
 
 
 @feature("oom_capacity_gib", "GiB", "GPU capacity quoted by a CUDA OOM message ('total capacity of X GiB').", FAMILY)

@@ -193,6 +193,9 @@ class EventScanner:
         self._lines_with_event: set[int] = set()
         self._frames: list[dict[str, Any]] = []
         self._last_frame_line = 0
+        self._last_exc: dict[str, Any] | None = None  # the last exception line, for chained tracebacks
+        self._causes_of_last: list[dict[str, Any]] = []
+        self._causes: list[dict[str, Any]] = []  # set by 'The above exception was the direct cause ...'
 
     def _add(self, kind: str, lineno: int, text: str, detail: dict[str, Any] | None = None, fold_kind: bool = False) -> None:
         text = text.strip()[:500]
@@ -225,6 +228,10 @@ class EventScanner:
         self._traceback(lineno, line)
 
     def _traceback(self, lineno: int, line: str) -> None:
+        if "above exception" in line and ("direct cause" in line or "During handling" in line):
+            # a chained exception follows: the one just printed is its cause
+            self._causes = self._causes_of_last + ([self._last_exc] if self._last_exc else [])
+            return
         if "Traceback (most recent call last)" in line:
             self._in_tb = True
             self._tb_start = lineno
@@ -251,10 +258,14 @@ class EventScanner:
                 self._cut()
             return
         self._in_tb = False
+        causes, self._causes = self._causes, []
+        self._last_exc, self._causes_of_last = {"line": lineno, "text": line.strip()[:300]}, causes
         if lineno in self._lines_with_event:
             return
-        self._add("traceback", lineno, line.strip(), {"exception": m.group(1), "traceback_line": self._tb_start,
-                                                      "frames": self._frames[-4:]})
+        detail: dict[str, Any] = {"exception": m.group(1), "traceback_line": self._tb_start, "frames": self._frames[-4:]}
+        if causes:
+            detail["causes"] = causes  # outermost first: what led, link by link, to this exception
+        self._add("traceback", lineno, line.strip(), detail)
 
     def _cut(self) -> None:
         """A traceback whose exception line never came (the excerpt or the capture ends inside it)."""

@@ -74,6 +74,14 @@ _TRAINER_HINTS = (
 
 
 _TIMER = re.compile(r"(\w+): ([\d.]+)")
+_ENV_FACTS = (
+    ("python", re.compile(r"/python(3\.\d+)/(?:site|dist)-packages/")),
+    ("nccl", re.compile(r"NCCL version (\d+\.\d+\.\d+)")),
+    ("cuda", re.compile(r"CUDA Version: (\d+\.\d+)")),
+    ("driver", re.compile(r"Driver Version: (\d+\.\d+(?:\.\d+)?)")),
+    ("torch", re.compile(r"torch\.__version__[:=\s]+'?(\d+\.\d+\.\d+\S*?)'?(?:\s|$|,)")),
+    ("transformers", re.compile(r"transformers\.__version__[:=\s]+'?(\d+\.\d+\.\d+\S*?)'?(?:\s|$|,)")),
+)
 _DATA_TIME = re.compile(r"(?<![\w])(?:iter_time|time):\s*([\d.]+)s?\b.*?\bdata_time:\s*([\d.]+)")
 
 
@@ -93,6 +101,7 @@ def _clock_s(text: str) -> float | None:
 # the line must hold one of them -, handler method).  A handler returns True when the line was its kind.
 # Each has its line cases in tests/data/line_cases.yaml.
 RECOGNISERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("environment", ("site-packages/", "NCCL version", "CUDA Version", "Driver Version", "__version__"), "_environment"),
     ("run_sh", ("run sh: `",), "_run_sh"),
     ("log_dict", ("{'", '{"'), "_dict_line"),
     ("version", ("swift.__version__",), "_version"),
@@ -188,6 +197,16 @@ class InfoScanner:
                 return
 
     # --- the recognisers (see RECOGNISERS): (lineno, normalised line, raw line) -> consumed? -----
+    def _environment(self, lineno: int, s: str, raw: str) -> bool:
+        """Versions the text shows in passing (never consumes the line: other recognisers read it too)."""
+        env = self.run.environment
+        for key, rx in _ENV_FACTS:
+            if key not in env:
+                m = rx.search(s)
+                if m:
+                    env[key] = m.group(1)
+        return False
+
     def _run_sh(self, lineno: int, s: str, raw: str) -> bool:
         run = self.run
         run.header_line = run.header_line or lineno

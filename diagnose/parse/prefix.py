@@ -42,8 +42,12 @@ def strip_paste(line: str) -> tuple[str, int | None]:
     return s, rank
 
 
+def strip_ansi(line: str) -> str:
+    return _ANSI.sub("", line) if "\x1b" in line else line
+
+
 def is_fence(line: str) -> bool:
     return bool(_FENCE.match(line))
 
 
-__all__ = ["strip_paste", "is_fence"]
+__all__ = ["strip_paste", "strip_ansi", "is_fence"]

@@ -241,3 +241,28 @@ def iter_blocks(source: bytes | Path, block: int = BLOCK) -> Iterator[bytes]:
             data = f.read(end - start)
             if data:
                 yield data
+
+
+def read_lines(source: str | Path | bytes, numbers: set[int], max_len: int = 400) -> dict[int, str]:
+    """The text of the given 1-based lines of a capture (a path, or the bytes read from stdin), each cut to max_len."""
+    want = sorted(n for n in numbers if n > 0)
+    if not want:
+        return {}
+    out: dict[int, str] = {}
+    last = want[-1]
+    wanted = set(want)
+    try:
+        stream = iter(source.splitlines()) if isinstance(source, bytes) else open(source, "rb")  # noqa: SIM115
+    except OSError:
+        return {}
+    try:
+        for i, raw in enumerate(stream, 1):
+            if i in wanted:
+                text = from_utf16(raw).decode("utf-8", "replace").rstrip("\r\n")
+                out[i] = text if len(text) <= max_len else text[: max_len - 1] + "…"
+            if i >= last:
+                break
+    finally:
+        if not isinstance(source, bytes):
+            stream.close()  # type: ignore[union-attr]
+    return out

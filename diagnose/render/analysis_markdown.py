@@ -1,53 +1,128 @@
 """Markdown report for `swiftdoc analyze --format markdown`: paste-ready for a GitHub issue.
 
-Contract: `diagnosis_markdown(diag, run) -> str`.
+Contract: `diagnosis_markdown(diag, run, quoted=None, gpu=None) -> str`.  It
+carries what ms-swift's bug template asks for: the verdict with its confidence,
+the versions and environment the text shows (ms-swift, trainer, python, NCCL,
+CUDA, GPU, world size), the launch command (from `run sh:`), every finding with
+its evidence, the decisive log lines quoted in a `<details>` block (`quoted`:
+line -> text, read back from the capture by the command), the chain of a crash's
+causes, suggested flag changes as a real `diff` of the command line, and advice.
 """
 from __future__ import annotations
 
+import shlex
+
 from diagnose.diagnosis import Diagnosis
 from diagnose.models import Run
+from diagnose.parse.prefix import strip_ansi
 from diagnose.render.ops_text import op_lines
 from diagnose.render.run_text import TRAINER_NAMES
 
 
-def diagnosis_markdown(diag: Diagnosis, run: Run) -> str:
+def _environment(run: Run, gpu: str | None) -> list[str]:
+    env = run.environment
+    rows = []
+    if run.recognized:
+        rows.append(f"ms-swift {run.swift_version or 'unknown'}" + (f" ({run.version_clue})" if run.version_clue else ""))
+    rows.append(f"trainer: {TRAINER_NAMES.get(run.trainer, run.trainer)}")
+    for key, label in (("python", "Python"), ("torch", "torch"), ("transformers", "transformers"), ("nccl", "NCCL"),
+                       ("cuda", "CUDA"), ("driver", "NVIDIA driver")):
+        if env.get(key):
+            rows.append(f"{label} {env[key]}")
+    gpus = (run.snapshot or {}).get("gpus") or []
+    if gpus:
+        rows.append(f"GPU: {len(gpus)}× {gpus[0]['name']} ({gpus[0]['mem_total_gib']:.0f} GiB)")
+    elif gpu:
+        rows.append(f"GPU: {gpu} (given with --gpu)")
+    if run.world_size:
+        rows.append(f"world size {run.world_size}")
+    if run.launch.launcher == "torchrun":
+        rows.append(f"torchrun, {run.launch.nproc_per_node or '?'} process(es) per node × {run.launch.nnodes or 1} node(s)")
+    return rows
+
+
+def _command(run: Run) -> str | None:
+    argv = run.launch.argv
+    if not argv:
+        return None
+    head = "megatron" if (run.launch.command or "").startswith("megatron") else "swift"
+    sub = (run.launch.command or "sft").replace("megatron ", "")
+    return f"{head} {sub} " + " ".join(shlex.quote(a) for a in argv)
+
+
+def diagnosis_markdown(diag: Diagnosis, run: Run, quoted: dict[int, str] | None = None, gpu: str | None = None) -> str:
     p = diag.primary
     out = [f"## swiftdoc: {p.category}" + (f" ({p.rule})" if p.rule else "") + f" · {p.confidence}", "", p.summary, ""]
     if p.missing:
         out += [f"_Not in the text: {p.missing}._", ""]
     t = run.steps
-    if run.recognized:
-        facts = [f"{TRAINER_NAMES.get(run.trainer, run.trainer)} **{run.swift_version or 'unknown'}**"
-                 + (f" ({run.version_clue})" if run.version_clue else "")]
-    else:
-        facts = [f"trainer: {TRAINER_NAMES.get(run.trainer, run.trainer)}"]
+    facts = _environment(run, gpu)
     if len(t):
         last = t.last() or {}
         facts.append(f"{len(t)} logged steps, last step {last.get('step', '?')}" + (f" of {run.max_steps}" if run.max_steps else ""))
-    if run.world_size:
-        facts.append(f"world size {run.world_size}")
-    out += [" · ".join(facts), ""]
+    if run.header_line is None and not run.ended:
+        facts.append("an excerpt (neither the start nor the end of the run)")
+    out += ["**Environment:** " + " · ".join(facts), ""]
+    cmd = _command(run)
+    if cmd:
+        out += ["**Launch command** (from the `run sh:` line):", "", "```bash", cmd, "```", ""]
     if diag.findings:
         out += ["| severity | rule | confidence | finding | evidence | lines |", "|---|---|---|---|---|---|"]
         for f in diag.findings:
-            ev = f.evidence.replace("|", "\\|")
+            ev = f.evidence.replace("|", "\\|").replace("\n", " ")
             out.append(f"| {f.severity} | `{f.rule}` {f.slug} | {f.confidence} | {f.summary} | {ev} | "
                        f"{', '.join(map(str, f.lines[:6]))} |")
         out.append("")
-        ops: list[str] = []
-        seen: set[str] = set()
-        for f in diag.findings:
-            for r in f.remedies:
-                lines = [ln for op in r.ops for ln in op_lines(op)]
-                if r.effect == "advice" or not lines or all(ln in seen for ln in lines):
-                    continue  # advice is listed below; an op already suggested is not repeated
-                seen.update(lines)
-                ops.append(f"# {f.rule} [{r.effect}] {r.title}")
-                ops += lines
-        if ops:
-            out += ["### Suggested changes", "", "```diff", *ops, "```", ""]
-        adv = [(f.rule, r) for f in diag.findings for r in f.remedies if r.effect == "advice"]
-        if adv:
-            out += ["### Advice", ""] + [f"- `{rid}` {r.title}" + (f": {r.note}" if r.note else "") for rid, r in adv] + [""]
+    causes = _causes(run)
+    if causes:
+        out += ["**The crash, link by link** (root cause first):", ""]
+        out += [f"{i}. line {c['line']}: `{c['text']}`" for i, c in enumerate(causes, 1)] + [""]
+    if quoted:
+        src = run.line_file or "the log"
+        out += ["<details><summary>Decisive log lines (" + src + ")</summary>", "", "```text"]
+        prev = None
+        for n in sorted(quoted):
+            if prev is not None and n > prev + 1:
+                out.append("...")
+            out.append(f"{n:>6}: {strip_ansi(quoted[n])}")
+            prev = n
+        out += ["```", "", "</details>", ""]
+    _remedies(diag, out)
     out.append(f"<sub>swiftdoc analyze · {run.line_file or ', '.join(run.sources)}</sub>")
     return "\n".join(out) + "\n"
+
+
+def _causes(run: Run) -> list[dict]:
+    tbs = [e for e in run.events if e.kind == "traceback"]
+    if not tbs or not tbs[-1].detail.get("causes"):
+        return []
+    last = tbs[-1]
+    return list(last.detail["causes"]) + [{"line": last.line, "text": last.text}]
+
+
+def _remedies(diag: Diagnosis, out: list[str]) -> None:
+    minus: list[str] = []
+    plus: list[str] = []
+    notes: list[str] = []
+    seen: set[str] = set()
+    for f in diag.findings:
+        for r in f.remedies:
+            lines = [ln for op in r.ops for ln in op_lines(op)]
+            if r.effect == "advice" or not lines or all(ln in seen for ln in lines):
+                continue  # advice is listed below; an op already suggested is not repeated
+            seen.update(lines)
+            for ln in lines:
+                if ln.startswith("-"):
+                    minus.append(ln)
+                elif ln.startswith("+"):
+                    plus.append(ln)
+                else:  # a relative change (÷2, at least ...): said in words, not as a diff line
+                    notes.append(f"- `{f.rule}` {r.title}: {ln.strip()}")
+            notes.append(f"- `{f.rule}` [{r.effect}] {r.title}" + (f": {r.note}" if r.note else ""))
+    if minus or plus:
+        out += ["### Suggested changes", "", "```diff", *minus, *plus, "```", ""]
+    if notes:
+        out += ([] if (minus or plus) else ["### Suggested changes", ""]) + notes + [""]
+    adv = [(f.rule, r) for f in diag.findings for r in f.remedies if r.effect == "advice"]
+    if adv:
+        out += ["### Advice", ""] + [f"- `{rid}` {r.title}" + (f": {r.note}" if r.note else "") for rid, r in adv] + [""]

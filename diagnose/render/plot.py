@@ -1,7 +1,12 @@
 """`--plot FILE.png`: timeline of interval step time, memory, grad_norm and loss with findings marked.
 
 Contract: `plot_timeline(run, diag, path)`; imports matplotlib (Agg) only here and
-raises EnvironmentMissing with an install hint when it is absent.
+raises EnvironmentMissing with an install hint when it is absent.  A finding is
+drawn at the step where it happened: its first event line (an OOM after step 60
+is at step 60), else its first step row; configuration findings hold for the whole
+run and are listed apart, not drawn at a step.  nan/inf steps are marked, and a
+loss that transformers' nan filter printed as 0 beside a nan grad_norm (NAN006) is
+shown as masked, not as a real 0.
 """
 from __future__ import annotations
 
@@ -22,6 +27,16 @@ def _step_at_line(run: Run, line: int) -> float | None:
     return float(t["step"][min(i, len(t) - 1)])
 
 
+def where_it_happened(run: Run, f) -> float | None:
+    """The step a finding belongs at: its first event line's step, else its first step row's; None for the
+    whole run (configuration findings, or nothing to place it by)."""
+    if f.category == "config" or not f.lines or not len(run.steps):
+        return None
+    event_lines = {e.line for e in run.events}
+    ev = [ln for ln in f.lines if ln in event_lines]
+    return _step_at_line(run, min(ev) if ev else min(f.lines))
+
+
 def plot_timeline(run: Run, diag: Diagnosis, path: str) -> None:
     try:
         import matplotlib
@@ -37,9 +52,17 @@ def plot_timeline(run: Run, diag: Diagnosis, path: str) -> None:
     n = max(1, len(panels))
     fig, axes = plt.subplots(n, 1, figsize=(10, 2.2 * n + 0.8), sharex=True, squeeze=False)
     x = t["step"] if len(t) else np.zeros(0)
+    masked = np.zeros(len(t), bool)
+    if len(t) and t.has("loss") and t.has("grad_norm"):
+        masked = t.present("loss") & (t["loss"] == 0) & t.present("grad_norm") & ~np.isfinite(t["grad_norm"])
     for ax, (col, lab) in zip(axes[:, 0], panels):
         y = t[col].copy()
         bad = t.present(col) & ~np.isfinite(y)
+        if col == "loss" and masked.any():
+            y[masked] = np.nan  # not a real 0: the nan filter's stand-in
+            ax.scatter(x[masked], np.zeros(masked.sum()), marker="o", facecolors="none", edgecolors="gray",
+                       label="masked (nan, printed as 0)", zorder=3)
+            ax.legend(loc="upper right", fontsize=8)
         ax.plot(x, np.where(np.isfinite(y), y, np.nan), lw=1.2)
         if bad.any():
             top = np.nanmax(np.where(np.isfinite(y), y, np.nan)) if np.isfinite(y).any() else 1.0
@@ -48,13 +71,18 @@ def plot_timeline(run: Run, diag: Diagnosis, path: str) -> None:
         ax.set_ylabel(lab, fontsize=9)
         ax.grid(alpha=0.3)
     colors = {"error": "red", "warning": "orange", "info": "steelblue"}
+    whole_run = []
     for f in diag.findings:
-        steps = sorted({s for s in (_step_at_line(run, ln) for ln in f.lines[:3]) if s is not None})
-        for s in steps[:1]:
-            for ax in axes[:, 0]:
-                ax.axvline(s, color=colors.get(f.severity, "gray"), ls="--", lw=1)
-            axes[0, 0].annotate(f.rule, (s, 1.0), xycoords=("data", "axes fraction"), fontsize=8,
-                                color=colors.get(f.severity, "gray"), rotation=90, va="top", ha="right")
+        at = where_it_happened(run, f)
+        if at is None:
+            whole_run.append(f"{f.rule} {f.slug}")
+            continue
+        for ax in axes[:, 0]:
+            ax.axvline(at, color=colors.get(f.severity, "gray"), ls="--", lw=1)
+        axes[0, 0].annotate(f.rule, (at, 1.0), xycoords=("data", "axes fraction"), fontsize=8,
+                            color=colors.get(f.severity, "gray"), rotation=90, va="top", ha="right")
+    if whole_run:
+        fig.text(0.01, 0.005, "whole run: " + ", ".join(whole_run), fontsize=7, color="dimgray", va="bottom")
     axes[-1, 0].set_xlabel("optimizer step")
     p = diag.primary
     fig.suptitle(f"swiftdoc: {p.category}" + (f" ({p.rule})" if p.rule else "") + f" - ms-swift {run.swift_version or '?'}", fontsize=11)
