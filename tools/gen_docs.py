@@ -1,7 +1,8 @@
-"""Generate docs/rules.md and docs/features.md from rules/*.yaml and the feature registry.
+"""Generate docs/rules.md, docs/features.md and the JSON Schemas in docs/schemas/.
 
-Contract: `python tools/gen_docs.py` rewrites both files; `--check` exits 1 when
-they are out of date (a test runs it).  Do not edit the generated files by hand.
+Contract: `python tools/gen_docs.py` rewrites them from rules/*.yaml, the feature
+registry and the output models (`diagnose.outputs`); `--check` exits 1 when one is
+out of date (a test runs it).  Do not edit the generated files by hand.
 """
 from __future__ import annotations
 
@@ -63,8 +64,17 @@ def features_md() -> str:
     return "\n".join(out)
 
 
+def schema_files() -> dict[Path, str]:
+    import json
+
+    from diagnose.outputs import SCHEMAS, schema_of
+
+    return {ROOT / "docs" / "schemas" / f"{name}.schema.json": json.dumps(schema_of(name), indent=1, sort_keys=True) + "\n"
+            for name in SCHEMAS}
+
+
 def main(argv: list[str]) -> int:
-    targets = {ROOT / "docs" / "rules.md": rules_md(), ROOT / "docs" / "features.md": features_md()}
+    targets = {ROOT / "docs" / "rules.md": rules_md(), ROOT / "docs" / "features.md": features_md(), **schema_files()}
     stale = [p for p, text in targets.items() if not p.exists() or p.read_text(encoding="utf-8") != text]
     if "--check" in argv:
         for p in stale:

@@ -247,8 +247,10 @@ def _report(results: list[FileResult], args: argparse.Namespace) -> int:
     errors = [p for p in remaining if p["severity"] == "error"]
     rc = 1 if errors and not args.exit_zero else 0
     if args.format == "json":
-        out = {"schema_version": SCHEMA_VERSION, "files": [_file_json(f, args) for f in results],
-               "summary": _summary(results, args)}
+        from diagnose.outputs import LintOut
+
+        out = LintOut.model_validate({"schema_version": SCHEMA_VERSION, "files": [_file_json(f, args) for f in results],
+                                      "summary": _summary(results, args)}).model_dump(mode="json")
         json.dump(out, sys.stdout, ensure_ascii=False, indent=1)
         sys.stdout.write("\n")
         return rc

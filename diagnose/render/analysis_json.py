@@ -4,7 +4,9 @@ Contract: `diagnosis_json(diagnosis, run) -> dict` with keys schema_version,
 primary {category, rule, severity, summary, confidence, missing}, findings [{rule,
 slug, category, severity, confidence, missing, summary, evidence, values, lines,
 remedies [{title, effect, ops, note}]}],
-skipped [{rule, slug, missing}], dropped, notes, run (= `swiftdoc parse --format json`).
+skipped [{rule, slug, missing}], dropped, notes, run (= `swiftdoc parse --format json`);
+validated by `diagnose.outputs.AnalyzeOut` (docs/schemas/analyze.schema.json).  Each
+finding's `file` names the file its `lines` point into.
 """
 from __future__ import annotations
 
@@ -18,13 +20,16 @@ SCHEMA_VERSION = 2  # 2: confidence and missing on the verdict and every finding
 
 
 def diagnosis_json(diag: Diagnosis, run: Run, features: bool = False) -> dict[str, Any]:
+    from diagnose.outputs import AnalyzeOut
+
     out: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "primary": diag.primary.model_dump(),
         "findings": [
             {
                 "rule": f.rule, "slug": f.slug, "category": f.category, "severity": f.severity,
-                "confidence": f.confidence, "missing": f.missing, "summary": f.summary, "evidence": f.evidence, "values": f.values, "lines": f.lines,
+                "confidence": f.confidence, "missing": f.missing, "summary": f.summary,
+                "evidence": f.evidence, "values": f.values, "lines": f.lines, "file": run.line_file if f.lines else None,
                 "remedies": [r.model_dump() for r in f.remedies], "references": f.references,
             }
             for f in diag.findings
@@ -36,4 +41,4 @@ def diagnosis_json(diag: Diagnosis, run: Run, features: bool = False) -> dict[st
     }
     if features:
         out["features"] = diag.features
-    return jsonable(out)
+    return AnalyzeOut.model_validate(jsonable(out)).model_dump(mode="json", exclude_none=False)

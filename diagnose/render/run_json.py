@@ -1,11 +1,8 @@
 """The JSON form of a Run, printed by `swiftdoc parse --format json` and nested in analyze's JSON.
 
-Contract: `run_summary(run) -> dict` (JSON-safe: NaN/inf become the strings
-"nan"/"inf"/"-inf").  Keys: swift_version, version_clue, trainer, recognized,
-steps, max_steps, world_size, last_step, first_step, dataset, val_dataset,
-model, launch {command, launcher, nproc_per_node, nnodes, argv}, output_dir,
-events [{kind, line, text, file, detail}], evals, summary, notes, sources,
-line_file, total_lines.
+Contract: `run_summary(run) -> dict`, validated by `diagnose.outputs.RunOut` (the
+published schema, docs/schemas/parse.schema.json) and JSON-safe: NaN/inf become
+the strings "nan"/"inf"/"-inf".
 """
 from __future__ import annotations
 
@@ -32,12 +29,17 @@ def jsonable(v: Any) -> Any:
 
 
 def run_summary(run: Run) -> dict[str, Any]:
+    from diagnose.outputs import RunOut
+
     t = run.steps
-    return jsonable({
+    capture = "whole" if run.header_line is not None else "ended" if run.ended else "excerpt"
+    doc = jsonable({
+        "schema_version": 2,
         "swift_version": run.swift_version,
         "version_clue": run.version_clue,
         "trainer": run.trainer,
         "recognized": run.recognized,
+        "capture": capture,
         "steps": len(t),
         "max_steps": run.max_steps,
         "world_size": run.world_size,
@@ -58,8 +60,11 @@ def run_summary(run: Run) -> dict[str, Any]:
         "evals": len(run.evals),
         "summary": run.summary,
         "checkpoints": run.checkpoints,
+        "environment": run.environment,
+        "snapshot": run.snapshot,
         "notes": run.notes,
         "sources": run.sources,
         "line_file": run.line_file,
         "total_lines": run.total_lines,
     })
+    return RunOut.model_validate(doc).model_dump(mode="json")

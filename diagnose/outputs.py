@@ -1,0 +1,164 @@
+"""The JSON contracts, as pydantic models: every `--format json` document is one of these, dumped.
+
+Contract: `RunOut` (`swiftdoc parse`), `AnalyzeOut` (`swiftdoc analyze`) and `LintOut`
+(`swiftdoc lint`) validate what the renderers build (unknown keys are refused:
+`extra="forbid"`) and dump it; `SCHEMAS` maps a document name to its model, and
+`tools/gen_docs.py` writes each one's JSON Schema to `docs/schemas/<name>.schema.json`
+(`swiftdoc verify`'s `VerifyReport` is already a model and is published the same way).
+Every document carries `schema_version`; numbers that were nan/inf in the log are the
+strings "nan", "inf", "-inf" (JSON has no such numbers).
+"""
+from __future__ import annotations
+
+from typing import Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from diagnose.diagnosis import Dropped, Primary
+from diagnose.engine import ResolvedRemedy, Skipped
+from diagnose.models import DatasetStats
+
+Num = Union[int, float, str]  # str: "nan" / "inf" / "-inf"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LaunchOut(_Strict):
+    command: Optional[str] = None
+    launcher: Optional[str] = None
+    nproc_per_node: Optional[int] = None
+    nnodes: Optional[int] = None
+    argv: Optional[list[str]] = None
+
+
+class EventOut(_Strict):
+    kind: str
+    line: int
+    text: str
+    file: Optional[str] = None
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+class RunOut(_Strict):
+    schema_version: Literal[2] = 2
+    swift_version: Optional[str] = None
+    version_clue: Optional[str] = None
+    trainer: str
+    recognized: bool
+    capture: Literal["whole", "ended", "excerpt"]
+    steps: int
+    max_steps: Optional[int] = None
+    world_size: Optional[int] = None
+    first_step: Optional[dict[str, Num]] = None
+    last_step: Optional[dict[str, Num]] = None
+    dataset: Optional[DatasetStats] = None
+    val_dataset: Optional[DatasetStats] = None
+    model: Optional[dict[str, Any]] = None
+    launch: LaunchOut
+    output_dir: Optional[str] = None
+    events: list[EventOut] = Field(default_factory=list)
+    evals: int = 0
+    summary: Optional[dict[str, Any]] = None
+    checkpoints: list[dict[str, Any]] = Field(default_factory=list)
+    environment: dict[str, str] = Field(default_factory=dict)
+    snapshot: Optional[dict[str, Any]] = None
+    notes: list[str] = Field(default_factory=list)
+    sources: list[str] = Field(default_factory=list)
+    line_file: Optional[str] = None
+    total_lines: int = 0
+
+
+class FindingOut(_Strict):
+    rule: str
+    slug: str
+    category: str
+    severity: Literal["info", "warning", "error"]
+    confidence: Literal["certain", "probable", "weak"]
+    missing: Optional[str] = None
+    summary: str
+    evidence: str
+    values: dict[str, Any] = Field(default_factory=dict)
+    lines: list[int] = Field(default_factory=list)
+    file: Optional[str] = None  # the file `lines` point into
+    remedies: list[ResolvedRemedy] = Field(default_factory=list)
+    references: list[str] = Field(default_factory=list)
+
+
+class AnalyzeOut(_Strict):
+    schema_version: Literal[2] = 2
+    primary: Primary
+    findings: list[FindingOut] = Field(default_factory=list)
+    skipped: list[Skipped] = Field(default_factory=list)
+    dropped: list[Dropped] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+    run: RunOut
+    features: Optional[dict[str, Any]] = None
+
+
+class LintProblemOut(BaseModel):
+    model_config = ConfigDict(extra="allow")  # the problem's own fields (flag, fix, fix_effect ...) ride along
+    line: Optional[int] = None
+    col: int = 1
+    code: str
+    name: str
+    group: str
+    severity: Literal["error", "warning", "info"]
+    message: str
+    fixed: bool = False
+
+
+class LintCommandOut(BaseModel):
+    model_config = ConfigDict(extra="allow")  # the plan's fields (changes, argv, env, advice ...)
+    line: Optional[int] = None
+    version: str
+    command: str
+    problems: list[LintProblemOut] = Field(default_factory=list)
+    diff: str = ""
+
+
+class LintFileOut(_Strict):
+    source: str
+    version: str
+    version_source: str
+    commands: list[LintCommandOut] = Field(default_factory=list)
+    problems: list[LintProblemOut] = Field(default_factory=list)
+    backups: list[str] = Field(default_factory=list)
+
+
+class LintSummary(_Strict):
+    files: int
+    commands: int
+    errors: int
+    warnings: int
+    fixable: int
+    unsafe_fixes: int
+
+
+class LintOut(_Strict):
+    schema_version: Literal[2] = 2
+    files: list[LintFileOut]
+    summary: LintSummary
+
+
+def _verify_report():
+    from diagnose.verify.models import VerifyReport
+
+    return VerifyReport
+
+
+SCHEMAS: dict[str, Any] = {"parse": RunOut, "analyze": AnalyzeOut, "lint": LintOut, "verify": _verify_report}
+
+
+def schema_of(name: str) -> dict[str, Any]:
+    model = SCHEMAS[name]
+    if not isinstance(model, type):
+        model = model()
+    schema = model.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = f"swiftdoc/{name}.schema.json"
+    return schema
+
+
+__all__ = ["RunOut", "AnalyzeOut", "LintOut", "SCHEMAS", "schema_of"]
