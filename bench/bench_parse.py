@@ -85,7 +85,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def _peak_rss(cmd: list[str]) -> float:
     """Peak RSS (MB) of one run of cmd, its own process (a forked scan helper is counted by its own peak)."""
-    import resource
 
     code = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL); "
             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)")

@@ -4,7 +4,8 @@ Contract: `RunOut` (`swiftdoc parse`), `AnalyzeOut` (`swiftdoc analyze`) and `Li
 (`swiftdoc lint`) validate what the renderers build (unknown keys are refused:
 `extra="forbid"`) and dump it; `SCHEMAS` maps a document name to its model, and
 `tools/gen_docs.py` writes each one's JSON Schema to `docs/schemas/<name>.schema.json`
-(`swiftdoc verify`'s `VerifyReport` is already a model and is published the same way).
+(it adds `swiftdoc verify`'s `VerifyReport`, already a model, the same way; this
+module stays below verify in the layers and does not import it).
 Every document carries `schema_version`; numbers that were nan/inf in the log are the
 strings "nan", "inf", "-inf" (JSON has no such numbers).
 """
@@ -142,20 +143,11 @@ class LintOut(_Strict):
     summary: LintSummary
 
 
-def _verify_report():
-    from diagnose.verify.models import VerifyReport
-
-    return VerifyReport
+SCHEMAS: dict[str, type[BaseModel]] = {"parse": RunOut, "analyze": AnalyzeOut, "lint": LintOut}
 
 
-SCHEMAS: dict[str, Any] = {"parse": RunOut, "analyze": AnalyzeOut, "lint": LintOut, "verify": _verify_report}
-
-
-def schema_of(name: str) -> dict[str, Any]:
-    model = SCHEMAS[name]
-    if not isinstance(model, type):
-        model = model()
-    schema = model.model_json_schema()
+def schema_of(name: str, model: type[BaseModel] | None = None) -> dict[str, Any]:
+    schema = (model or SCHEMAS[name]).model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["$id"] = f"swiftdoc/{name}.schema.json"
     return schema

@@ -14,12 +14,12 @@ import time
 from pathlib import Path
 
 import pytest
+from test_attach_target import HEALTHY, start_replay, stop, wait_for
 
 from diagnose.attach.session import AttachOptions, AttachSession, progress_of
 from diagnose.attach.target import resolve_target
 from diagnose.errors import InputError
 from diagnose.nvml.samples import SAMPLES_FILENAME, load_samples
-from test_attach_target import HEALTHY, start_replay, stop, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 TR = ROOT / "fixtures" / "nvml"

@@ -4,8 +4,8 @@ from __future__ import annotations
 import math
 
 import pytest
-
 from conftest import fixture_dirs, load_expected
+
 from diagnose.parse import parse_run
 from diagnose.pipeline import analyze_run
 

@@ -22,8 +22,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from diagnose.flags import (UnknownVersion, available_versions, renamed, spell, spell_value,  # noqa: E402
-                            table_for, translate_value)
+from diagnose.flags import UnknownVersion, available_versions, renamed, spell, spell_value, table_for, translate_value  # noqa: E402
 from diagnose.flags.table import UnknownCommand  # noqa: E402
 
 # --------------------------------------------------------------------------- data files

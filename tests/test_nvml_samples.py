@@ -14,8 +14,14 @@ from hypothesis import strategies as st
 from diagnose.errors import InputError
 from diagnose.nvml.fake import FakeNVML
 from diagnose.nvml.sampler import Sampler
-from diagnose.nvml.samples import (SAMPLES_FILENAME, SUMMARY_KEYS, SampleSet, SampleWriter, find_samples_near,
-                                   load_samples)
+from diagnose.nvml.samples import (
+    SAMPLES_FILENAME,
+    SUMMARY_KEYS,
+    SampleSet,
+    SampleWriter,
+    find_samples_near,
+    load_samples,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 TR = ROOT / "fixtures" / "nvml"

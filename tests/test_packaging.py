@@ -12,11 +12,11 @@ import json
 import os
 import subprocess
 import sys
-import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from tests.conftest import FIXTURES, ROOT
 

@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import fixture_dirs, load_expected
+
 from diagnose.diagnosis import Diagnosis, Primary
 from diagnose.engine import Finding, RemedyOp, ResolvedRemedy
 from diagnose.errors import InputError

@@ -16,8 +16,8 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
-
 from conftest import fixture_dirs, load_expected
+
 from diagnose.errors import InputError
 from diagnose.flags import table_for
 from diagnose.flags.versions import vkey

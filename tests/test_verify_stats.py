@@ -5,8 +5,7 @@ import math
 
 import pytest
 
-from diagnose.verify.stats import (compare, default_warmup, loss_parity, straddles, t_cdf, t_ppf,
-                                   trial_throughput)
+from diagnose.verify.stats import compare, default_warmup, loss_parity, straddles, t_cdf, t_ppf, trial_throughput
 
 
 @pytest.mark.parametrize("df,q", [(1, 12.7062), (2, 4.3027), (3, 3.1824), (4, 2.7764), (10, 2.2281), (30, 2.0423),

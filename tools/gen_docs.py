@@ -68,9 +68,11 @@ def schema_files() -> dict[Path, str]:
     import json
 
     from diagnose.outputs import SCHEMAS, schema_of
+    from diagnose.verify.models import VerifyReport
 
-    return {ROOT / "docs" / "schemas" / f"{name}.schema.json": json.dumps(schema_of(name), indent=1, sort_keys=True) + "\n"
-            for name in SCHEMAS}
+    models = {**SCHEMAS, "verify": VerifyReport}
+    return {ROOT / "docs" / "schemas" / f"{name}.schema.json":
+            json.dumps(schema_of(name, model), indent=1, sort_keys=True) + "\n" for name, model in models.items()}
 
 
 def main(argv: list[str]) -> int:

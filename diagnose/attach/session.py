@@ -37,7 +37,6 @@ from diagnose.attach.target import Target
 from diagnose.errors import InputError
 from diagnose.models import Run
 
-
 # a finding in these categories is an alert whatever its severity (an isolated nan step is
 # "info" once the run is over, but the moment it appears nobody knows yet whether it recovers)
 _FAILURE_CATEGORIES = {"nan", "oom", "nccl", "bus_error", "interrupted"}

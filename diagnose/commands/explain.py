@@ -13,8 +13,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def render_rule(r) -> str:
-    from diagnose.render.ops_text import op_lines
     from diagnose.engine import RemedyOp
+    from diagnose.render.ops_text import op_lines
 
     out = [f"{r.id}  {r.slug}", f"category: {r.category}   severity: {r.severity}", "", r.summary, ""]
     if r.description:

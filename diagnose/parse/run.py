@@ -19,10 +19,10 @@ import numpy as np
 
 from diagnose.models import DatasetStats, Event, ModelInfo, Run, StepsTable
 from diagnose.parse.args import load_args_json
+from diagnose.parse.blockscan import scan_blocks
 from diagnose.parse.dicts import find_dict, is_train_row, iter_dicts, parse_dict
 from diagnose.parse.events import EventScanner
 from diagnose.parse.fastdict import BlockScan
-from diagnose.parse.blockscan import scan_blocks
 from diagnose.parse.lines import DATASET, PARAMS, InfoScanner
 from diagnose.parse.prefix import is_fence, strip_paste
 from diagnose.parse.sources import check_not_binary, resolve_inputs

@@ -9,7 +9,8 @@ resolves to (exact, unique prefix, `--no_x` negation, dash spelling).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field as _field
+from dataclasses import dataclass
+from dataclasses import field as _field
 from typing import Any
 
 from diagnose.parse.values import to_number

@@ -37,6 +37,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
 import numpy as np
 
 from diagnose.verify.job import Job, TrialSettings, Variant, global_batch_of, trial_argv
