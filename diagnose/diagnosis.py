@@ -17,11 +17,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from diagnose.engine import SEVERITY_RANK as _SEV  # noqa: E402
 from diagnose.engine import Finding, RemedyOp, Skipped
 from diagnose.features.registry import Features
 from diagnose.models import Run
-
-_SEV = {"error": 3, "warning": 2, "info": 1}
 
 
 class Primary(BaseModel):

@@ -18,6 +18,8 @@ from pydantic import BaseModel, Field
 from diagnose.features.registry import Features
 from diagnose.rules import Cond, Group, Rule, template_names
 
+SEVERITY_RANK = {"info": 1, "warning": 2, "error": 3}  # the one order of severities (--fail-on, ranking)
+
 
 class RemedyOp(BaseModel):
     op: str

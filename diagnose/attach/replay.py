@@ -24,7 +24,9 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-_STEP = re.compile(r"global_step/max_steps'?\"?:\s*'?\"?(\d+)/")
+from diagnose.parse.values import STEP_IN_LINE
+
+_STEP = re.compile(STEP_IN_LINE)
 
 
 def write_launcher(root: str | os.PathLike[str]) -> Path:

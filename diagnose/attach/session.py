@@ -101,12 +101,10 @@ def progress_of(run: Run) -> dict[str, Any] | None:
     ms = run.max_steps
     iv = _finite(t["interval_s"][-5:])
     s_per_it = float(np.median(iv)) if iv.size else None
-    flags = run.launch.flags
-    bs, ga = flags.get("per_device_train_batch_size"), flags.get("gradient_accumulation_steps")
-    ws = run.world_size or 1
-    sps = None
-    if s_per_it and isinstance(bs, (int, float)) and isinstance(ga, (int, float)) and bs > 0 and ga > 0:
-        sps = bs * ga * ws / s_per_it
+    from diagnose.batch import global_batch_of_run
+
+    gbs = global_batch_of_run(run)
+    sps = gbs / s_per_it if (s_per_it and gbs) else None
     eta = (ms - step) * s_per_it if (ms and step is not None and s_per_it) else None
 
     def tail(col: str, n: int = 40) -> list[float | None]:

@@ -15,7 +15,7 @@ from diagnose.commands.common import add_input_args, quoted_lines, read_inputs
 from diagnose.errors import UsageError
 
 HELP = "diagnose a run"
-_SEV = {"info": 1, "warning": 2, "error": 3}
+from diagnose.engine import SEVERITY_RANK as _SEV  # noqa: E402
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -22,7 +22,7 @@ import time
 from diagnose.errors import UsageError
 
 HELP = "follow a running job (PID, output dir or log) and diagnose it live"
-_SEV = {"info": 1, "warning": 2, "error": 3}
+from diagnose.engine import SEVERITY_RANK as _SEV  # noqa: E402
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -110,13 +110,9 @@ def _ws(ctx: Ctx):
 
 @feature("global_batch_size", "samples", "Samples per optimizer step: micro-batch × accumulation × data-parallel ranks.", FAMILY)
 def _gbs(ctx: Ctx):
-    gb = ctx.flag("global_batch_size")  # Megatron states it directly
-    if isinstance(gb, (int, float)):
-        return int(gb)
-    bs, ga, ws = ctx.get("per_device_train_batch_size"), ctx.get("gradient_accumulation_steps"), ctx.get("world_size")
-    if bs is None or ga is None or ws is None:
-        return None
-    return bs * ga * ws
+    from diagnose.batch import global_batch_of_run
+
+    return global_batch_of_run(ctx.run)
 
 
 @feature("launcher", "enum", "plain (one process) or torchrun (NPROC_PER_NODE/NNODES set).", FAMILY)

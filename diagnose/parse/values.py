@@ -4,6 +4,7 @@ Contract:
 - `to_number(text)` turns `1.5`, `'5.794'`, `nan`, `'NaN'`, `inf`, `Infinity`,
   `-inf` into a float (or int when integral in form); returns None if not numeric.
 - `parse_duration("1d 2h 3m 4s") -> 4.0 + ...` seconds (ms-swift `format_time`).
+- `STEP_IN_LINE` is the one pattern that finds a training dict's step in a raw line.
 - `STEP_KEYS` maps a log-dict key to a `StepsTable` column; `speed_to_s_per_it`
   converts `train_speed(iter/s)` / `train_speed(s/it)` to seconds per iteration.
 """
@@ -26,6 +27,9 @@ STEP_KEYS: dict[str, str] = {
 }
 SPEED_KEYS = {"train_speed(iter/s)": "iter/s", "train_speed(s/it)": "s/it"}
 PAIR_KEYS = ("global_step/max_steps", "iteration")  # "N/M" strings
+# a training dict's step, found in a raw line without parsing it (verify's and attach's followers):
+# group 1/2 = 'global_step/max_steps': 'N/M' (2.x tqdm path, 3.x, 4.x), group 3 = 'global_step': N (2.x printer path)
+STEP_IN_LINE = r"""['"]global_step/max_steps['"]:\s*['"](\d+)/(\d+)['"]|['"]global_step['"]:\s*(\d+)[,}]"""
 
 _SPECIAL = {
     "nan": math.nan,

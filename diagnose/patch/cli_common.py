@@ -19,7 +19,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from diagnose.errors import UsageError
 from diagnose.patch.models import PatchPlan, Problem
 
 
@@ -35,39 +34,12 @@ def installed_swift_version() -> str | None:
 
 
 def choose_version(explicit: str | None, run: Any = None) -> tuple[str, str]:
-    from diagnose.flags import UnknownVersion, table_for
+    """patch/lint: --swift-version, else the log's version, else the installed ms-swift (diagnose.flags.choice)."""
+    from diagnose.flags.choice import choose_version as choose
 
-    if explicit:
-        spec, how = explicit, "--swift-version"
-    elif run is not None and run.swift_version:
-        spec, how = run.swift_version, f"detected in the log ({run.version_clue or 'version clues'})"
-    elif installed_swift_version():
-        spec, how = installed_swift_version() or "", "the installed ms-swift"
-    else:
-        spec, how = "4.x", "no version given or detected: the newest known 4.x (pass --swift-version)"
-    try:
-        table_for(spec)
-    except UnknownVersion as e:
-        near = nearest_table(spec)
-        if near is None or explicit:
-            raise UsageError(f"ms-swift version {spec!r} ({how}) has no flag table", hint=str(e).split("; ", 1)[-1]) from None
-        return near, (f"{how}: {spec} has no flag table, using the nearest known {near} "
-                      f"(flags added or renamed after {near} are not known to swiftdoc)")
-    return spec, how
-
-
-def nearest_table(spec: str) -> str | None:
-    """The known table closest to a concrete version of a known major (a newer 4.7.0 -> 4.6.x), else None."""
-    from diagnose.flags.versions import available_versions, vkey
-
-    try:
-        want = vkey(spec.strip().lstrip("v"))
-    except ValueError:
-        return None
-    same = [v for v in available_versions() if vkey(v)[0] == want[0]]
-    if not same:
-        return None
-    return min(same, key=lambda v: (abs(vkey(v)[1] - want[1]), abs(vkey(v)[2] - want[2]), -vkey(v)[1]))
+    logged = (run.swift_version, f"detected in the log ({run.version_clue or 'version clues'})") if run is not None \
+        and run.swift_version else (None, "")
+    return choose(explicit, [logged, (installed_swift_version(), "the installed ms-swift")])
 
 
 def swift_check(plan: PatchPlan, enabled: bool) -> str | None:

@@ -143,24 +143,13 @@ def installed_version(swift: str) -> str | None:
 
 
 def choose_version(explicit: str | None, swift: str, run: Any = None) -> tuple[str, str]:
-    from diagnose.flags import UnknownVersion, table_for
+    """verify: --swift-version, else the ms-swift that runs the trials, else the log's (diagnose.flags.choice)."""
+    from diagnose.flags.choice import choose_version as choose
 
     if explicit:
-        spec, how = explicit, "--swift-version"
-    else:
-        inst = installed_version(swift)
-        if inst:
-            spec, how = inst, f"the ms-swift that runs the trials ({swift})"
-        elif run is not None and run.swift_version:
-            spec, how = run.swift_version, "detected in the log"
-        else:
-            spec, how = "4.x", "not detected: the newest known 4.x (pass --swift-version)"
-    try:
-        table_for(spec)
-    except UnknownVersion as e:
-        raise UsageError(f"ms-swift version {spec!r} ({how}) has no flag table",
-                         hint=str(e).split("; ", 1)[-1]) from None
-    return spec, how
+        return choose(explicit, [])
+    logged = (run.swift_version, "detected in the log") if run is not None and run.swift_version else (None, "")
+    return choose(None, [(installed_version(swift), f"the ms-swift that runs the trials ({swift})"), logged])
 
 
 # ----------------------------------------------------------------------------- reading the job
@@ -372,8 +361,7 @@ class TrialSettings:
 
 def global_batch_of(argv: list[str], env: dict[str, str | None], job: Job) -> int | None:
     """per_device_train_batch_size x gradient_accumulation_steps x processes, from the argv (ms-swift defaults)."""
-    import math
-
+    from diagnose.batch import default_accumulation, global_batch
     from diagnose.flags import table_for
 
     table = table_for(job.version)
@@ -398,8 +386,8 @@ def global_batch_of(argv: list[str], env: dict[str, str | None], job: Job) -> in
         world = 1
     ga = num("gradient_accumulation_steps", None)
     if ga is None:
-        ga = float(max(1, math.ceil(16 / bs / world)))  # ms-swift's default (reference 3: Setting args.gradient_accumulation_steps)
-    return int(bs * ga * world)
+        ga = float(default_accumulation(bs, world))
+    return global_batch(bs, ga, world)
 
 
 def trial_argv(variant: Variant, job: Job, settings: TrialSettings, output_dir: str) -> tuple[list[str], dict[str, str | None]]:

@@ -34,12 +34,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from diagnose.parse.values import STEP_IN_LINE
 from diagnose.verify.models import Failure, TrialResult
 from diagnose.verify.stats import trial_throughput
 
 OnStep = Callable[[int, "int | None"], None]
 
-_STEP = re.compile(rb"""['"]global_step/max_steps['"]:\s*['"](\d+)/(\d+)['"]|['"]global_step['"]:\s*(\d+)[,}]""")
+_STEP = re.compile(STEP_IN_LINE.encode())
 _ERROR_LINE = re.compile(r"^(?:[\w.]*(?:Error|Exception|Interrupt)\b.*|[\w.]+: error: .*|.*\bKilled\b.*)$")
 
 
@@ -144,27 +145,18 @@ def leftovers(pgid: int, known: set[int]) -> list[int]:
 
 
 def _run_dir(output_dir: str) -> Path | None:
+    from diagnose.parse.sources import newest_version_dir
+
     d = Path(output_dir)
     if (d / "logging.jsonl").exists():
         return d
-    runs = sorted(d.glob("v*-*"), key=lambda p: p.stat().st_mtime) if d.exists() else []
-    return runs[-1] if runs else None
+    return newest_version_dir(d, with_logs=True) or newest_version_dir(d)
 
 
 def _global_batch(run: Any) -> int | None:
-    f = run.launch.flags
-    bs = f.get("per_device_train_batch_size", f.get("batch_size"))
-    ga = f.get("gradient_accumulation_steps")
-    s = run.settings.get("gradient_accumulation_steps")
-    if s is not None:
-        try:
-            ga = int(s)
-        except ValueError:
-            pass
-    ws = run.world_size or 1
-    if isinstance(bs, bool) or not isinstance(bs, (int, float)) or isinstance(ga, bool) or not isinstance(ga, (int, float)):
-        return None
-    return int(bs * ga * max(1, ws))
+    from diagnose.batch import global_batch_of_run
+
+    return global_batch_of_run(run)
 
 
 def _log_tail(path: str, n: int = 15) -> tuple[list[str], str | None]:
