@@ -1,7 +1,8 @@
 """The JSON contracts, as pydantic models: every `--format json` document is one of these, dumped.
 
-Contract: `RunOut` (`swiftdoc parse`), `AnalyzeOut` (`swiftdoc analyze`) and `LintOut`
-(`swiftdoc lint`) validate what the renderers build (unknown keys are refused:
+Contract: `RunOut` (`swiftdoc parse`), `AnalyzeOut` (`swiftdoc analyze`), `LintOut`
+(`swiftdoc lint`), `PatchOut` (`swiftdoc patch`) and `AttachOut` (each line of
+`swiftdoc attach --format json`) validate what the renderers build (unknown keys are refused:
 `extra="forbid"`) and dump it; `SCHEMAS` maps a document name to its model, and
 `tools/gen_docs.py` writes each one's JSON Schema to `docs/schemas/<name>.schema.json`
 (it adds `swiftdoc verify`'s `VerifyReport`, already a model, the same way; this
@@ -143,7 +144,59 @@ class LintOut(_Strict):
     summary: LintSummary
 
 
-SCHEMAS: dict[str, type[BaseModel]] = {"parse": RunOut, "analyze": AnalyzeOut, "lint": LintOut}
+class PatchOut(_Strict):
+    """`swiftdoc patch --format json`: the plan (flag changes, problems, advice) and what it does to the script."""
+
+    schema_version: Literal[2] = 2
+    version: str
+    version_source: str = ""
+    command: str
+    changes: list[dict[str, Any]] = Field(default_factory=list)
+    argv: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    problems: list[dict[str, Any]] = Field(default_factory=list)
+    dropped: list[dict[str, Any]] = Field(default_factory=list)
+    advice: list[dict[str, Any]] = Field(default_factory=list)
+    unchanged: list[Any] = Field(default_factory=list)
+    assumptions: list[str] = Field(default_factory=list)
+    source: str
+    diff: str = ""
+    edited: bool = False
+    unsafe: list[dict[str, Any]] = Field(default_factory=list)
+    swift_check: Optional[str] = None
+    command_line: Optional[str] = None
+    backups: list[str] = Field(default_factory=list)
+
+
+class AttachState(_Strict):
+    seq: int
+    t: float
+    ended: bool
+    alive: bool
+    alerts: list[dict[str, Any]] = Field(default_factory=list)
+    progress: Optional[dict[str, Any]] = None
+    notes: list[str] = Field(default_factory=list)
+
+
+class AttachOut(_Strict):
+    """One `swiftdoc attach --format json` line: analyze's document (when there is a log) plus the live state."""
+
+    schema_version: Literal[2] = 2
+    primary: Optional[Primary] = None
+    findings: list[FindingOut] = Field(default_factory=list)
+    skipped: list[Skipped] = Field(default_factory=list)
+    dropped: list[Dropped] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+    run: Optional[RunOut] = None
+    features: Optional[dict[str, Any]] = None
+    target: dict[str, Any] = Field(default_factory=dict)
+    gpus: dict[str, Any] = Field(default_factory=dict)
+    host: Optional[dict[str, Any]] = None
+    attach: AttachState
+
+
+SCHEMAS: dict[str, type[BaseModel]] = {"parse": RunOut, "analyze": AnalyzeOut, "lint": LintOut, "patch": PatchOut,
+                                        "attach": AttachOut}
 
 
 def schema_of(name: str, model: type[BaseModel] | None = None) -> dict[str, Any]:

@@ -183,6 +183,9 @@ def test_cli_once_json(tmp_path):
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert d["schema_version"] == 2 and d["primary"]["category"]
+    import jsonschema
+
+    jsonschema.validate(d, json.loads((ROOT / "docs" / "schemas" / "attach.schema.json").read_text()))
     assert d["target"]["pid"] == p.pid and d["target"]["log"] == str(log) and d["target"]["gpus"] == [1]
     assert d["gpus"]["summary"]["gpu_count"] == 1 and d["gpus"]["summary"]["gpu_name"] == "NVIDIA A100-SXM4-40GB"
     assert d["attach"]["progress"]["step"] == 20 and d["attach"]["alive"] is True

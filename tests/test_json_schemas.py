@@ -64,3 +64,16 @@ def test_a_broken_document_is_refused_by_the_schema():
     doc["primary"]["confidence"] = "sure"
     with pytest.raises(jsonschema.ValidationError):
         ANALYZE.validate(doc)
+
+
+PATCH = _validator("patch")
+
+
+@pytest.mark.parametrize("fx", ["nan_4x", "starved_4x", "host_oom_4x", "synthetic_4x_rtx40", "healthy_3x"])
+def test_patch_json_matches_its_schema(fx):
+    p = subprocess.run([sys.executable, "-m", "diagnose", "patch", "--log", str(FIXTURES / fx), "--format", "json",
+                        "--no-swift-check"], capture_output=True, cwd=ROOT, timeout=120)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    PATCH.validate(doc)
+    assert doc["schema_version"] == 2

@@ -65,7 +65,7 @@ class Snapshot:
     progress: dict[str, Any] | None
     gpus: dict[str, Any]
     host: dict[str, Any] | None
-    diagnosis: dict[str, Any] | None
+    diagnosis: Any  # diagnose.outputs.AnalyzeOut (the typed analyze document), None before the log says anything
     alerts: list[dict[str, Any]]
     ended: bool
     alive: bool
@@ -74,17 +74,17 @@ class Snapshot:
     run: Run | None = None
 
     def as_json(self) -> dict[str, Any]:
-        """analyze's JSON (when there is a log) plus target, gpus, host and attach state."""
+        """analyze's document (when there is a log) plus target, gpus, host and attach state (`outputs.AttachOut`)."""
+        from diagnose.outputs import AttachOut
         from diagnose.render.run_json import jsonable
 
-        out: dict[str, Any] = dict(self.diagnosis) if self.diagnosis else {"schema_version": None, "primary": None,
-                                                                           "findings": [], "run": None}
+        out: dict[str, Any] = self.diagnosis.model_dump(mode="json") if self.diagnosis is not None else {}
         out["target"] = self.target
         out["gpus"] = self.gpus
         out["host"] = self.host
         out["attach"] = {"seq": self.seq, "t": round(self.t, 3), "ended": self.ended, "alive": self.alive,
                          "alerts": self.alerts, "progress": self.progress, "notes": self.notes}
-        return jsonable(out)
+        return AttachOut.model_validate(jsonable(out)).model_dump(mode="json")
 
 
 def _finite(a: np.ndarray) -> np.ndarray:
@@ -359,28 +359,29 @@ class AttachSession:
             self._host_t = now
         return self._host_feats
 
-    def _diagnose(self, live: bool, host: dict[str, Any] | None, gsum: dict[str, Any] | None) -> dict[str, Any] | None:
+    def _diagnose(self, live: bool, host: dict[str, Any] | None, gsum: dict[str, Any] | None) -> Any:
         if self.run is None:
             return None
         from diagnose.pipeline import AnalyzeOptions, analyze_run
-        from diagnose.render.analysis_json import diagnosis_json
+        from diagnose.render.analysis_json import analyze_document
 
         diag = analyze_run(self.run, samples=gsum, host=host if live else None,
                            options=AnalyzeOptions(gpu=self.opts.gpu, params=self.opts.params, live=live))
-        return diagnosis_json(diag, self.run)
+        return analyze_document(diag, self.run)
 
-    def _alerts(self, diag: dict[str, Any] | None, now: float) -> list[dict[str, Any]]:
-        if not diag:
+    def _alerts(self, diag: Any, now: float) -> list[dict[str, Any]]:
+        if diag is None:
             return []
         out = []
-        for f in diag.get("findings", []):
-            if f["rule"] in self.seen_rules:
+        for f in diag.findings:
+            if f.rule in self.seen_rules:
                 continue
-            if f["severity"] == "info" and f.get("category") not in _FAILURE_CATEGORIES:
+            if f.severity == "info" and f.category not in _FAILURE_CATEGORIES:
                 continue  # informational config notes are shown, not alerted
-            self.seen_rules.add(f["rule"])
-            out.append({"rule": f["rule"], "slug": f.get("slug"), "category": f.get("category"), "severity": f["severity"],
-                        "summary": f["summary"], "evidence": f.get("evidence"), "t": round(time.time(), 3)})
+            self.seen_rules.add(f.rule)
+            out.append({"rule": f.rule, "slug": f.slug, "category": f.category, "severity": f.severity,
+                        "confidence": f.confidence, "summary": f.summary, "evidence": f.evidence,
+                        "t": round(time.time(), 3)})
         return out
 
     def update(self, force: bool = False) -> Snapshot | None:

@@ -166,35 +166,38 @@ def _host(h: dict[str, Any] | None) -> Text:
     return t
 
 
-def _diagnosis(d: dict[str, Any] | None) -> Any:
-    if not d:
+def _diagnosis(d: Any) -> Any:
+    """The typed analyze document (`outputs.AnalyzeOut`) as text: verdict, top findings, their remedies."""
+    if d is None or d.primary is None:
         return Text("diagnosis: waiting for the log", style="dim")
-    from diagnose.engine import RemedyOp
     from diagnose.render.ops_text import op_lines
 
-    p = d.get("primary") or {}
+    p = d.primary
     out = Text()
-    style = "bold green" if p.get("category") == "healthy" else _SEV.get(p.get("severity", ""), "bold")
-    out.append(f"{str(p.get('category', '?')).upper()}", style=style)
-    if p.get("rule"):
-        out.append(f" [{p['rule']}]", style="dim")
-    out.append(f"  {p.get('summary', '')}")
-    shown = [f for f in d.get("findings", []) if f.get("severity") != "info"][:4]
-    for f in shown:
-        out.append(f"\n{f['severity']:<7} ", style=_SEV.get(f["severity"], ""))
-        out.append(f"{f['rule']} ", style="bold")
-        out.append(f"{f.get('evidence') or f.get('summary')}")
-        for r in (f.get("remedies") or [])[:2]:
+    style = "bold green" if p.category == "healthy" else _SEV.get(p.severity, "bold")
+    out.append(f"{p.category.upper()}", style=style)
+    out.append(f" {p.confidence}", style="italic")
+    if p.rule:
+        out.append(f" [{p.rule}]", style="dim")
+    out.append(f"  {p.summary}")
+    shown = [f for f in d.findings if f.severity != "info"]
+    for f in shown[:4]:
+        out.append(f"\n{f.severity:<7} ", style=_SEV.get(f.severity, ""))
+        out.append(f"{f.rule} ", style="bold")
+        out.append(f"{f.evidence or f.summary}")
+        for r in f.remedies[:2]:
             out.append("\n   → ")
-            out.append(f"[{r.get('effect')}] ", style=_EFFECT.get(r.get("effect", ""), ""))
-            out.append(r.get("title", ""))
-            for op in (r.get("ops") or [])[:3]:
-                try:
-                    lines = op_lines(RemedyOp(**op))
-                except Exception:
-                    lines = [str(op)]
-                for ln in lines:
+            out.append(f"[{r.effect}] ", style=_EFFECT.get(r.effect, ""))
+            out.append(r.title)
+            for op in r.ops[:3]:
+                for ln in op_lines(op):
                     out.append(f"\n       {ln}", style="green" if ln.startswith("+") else "")
+            if len(r.ops) > 3:
+                out.append(f"\n       … {len(r.ops) - 3} more change(s)", style="dim")
+        if len(f.remedies) > 2:
+            out.append(f"\n   … {len(f.remedies) - 2} more remedy(ies): swiftdoc analyze shows them", style="dim")
+    if len(shown) > 4:
+        out.append(f"\n… {len(shown) - 4} more finding(s)", style="dim")
     return out
 
 

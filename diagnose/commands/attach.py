@@ -54,7 +54,7 @@ def _write_json(obj: dict) -> None:
 def _exit_code(snap, fail_on: str | None) -> int:
     if not fail_on or not snap.diagnosis:
         return 0
-    worst = max((_SEV.get(f["severity"], 0) for f in snap.diagnosis.get("findings", [])), default=0)
+    worst = max((_SEV.get(f.severity, 0) for f in snap.diagnosis.findings), default=0)
     return 1 if worst >= _SEV[fail_on] else 0
 
 

@@ -127,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
                                                   else "utf-8", args.backup_suffix)))
         if args.format == "json":
             out["backups"] = [str(b) for _, b in backups]
-            json.dump(out, sys.stdout, ensure_ascii=False, indent=1)
+            json.dump(_typed(out), sys.stdout, ensure_ascii=False, indent=1)
             sys.stdout.write("\n")
             return 0
         _print_text(plan, label, changed, unsafe, check, None, show_diff=False)
@@ -138,13 +138,21 @@ def run(args: argparse.Namespace) -> int:
             print("nothing to change: the script already has every change")
         return 0
     if args.format == "json":
-        json.dump(out, sys.stdout, ensure_ascii=False, indent=1)
+        json.dump(_typed(out), sys.stdout, ensure_ascii=False, indent=1)
         sys.stdout.write("\n")
         return 0
     _print_text(plan, label, changed, unsafe, check, new_command)
     if changed:
         print(f"Run again with --write to apply it (the original is kept as {args.script}{args.backup_suffix}).")
     return 0
+
+
+def _typed(out: dict) -> dict:
+    """The JSON document, validated by its model (docs/schemas/patch.schema.json)."""
+    from diagnose.outputs import PatchOut
+    from diagnose.render.run_json import jsonable
+
+    return PatchOut.model_validate(jsonable({"schema_version": 2, **out})).model_dump(mode="json")
 
 
 def _unified(e) -> str:

@@ -1,6 +1,7 @@
 """The analyze JSON contract (schema_version 2).
 
-Contract: `diagnosis_json(diagnosis, run) -> dict` with keys schema_version,
+Contract: `analyze_document(diagnosis, run) -> AnalyzeOut` (typed) and
+`diagnosis_json(diagnosis, run) -> dict` (its JSON form) with keys schema_version,
 primary {category, rule, severity, summary, confidence, missing}, findings [{rule,
 slug, category, severity, confidence, missing, summary, evidence, values, lines,
 remedies [{title, effect, ops, note}]}],
@@ -20,6 +21,11 @@ SCHEMA_VERSION = 2  # 2: confidence and missing on the verdict and every finding
 
 
 def diagnosis_json(diag: Diagnosis, run: Run, features: bool = False) -> dict[str, Any]:
+    return analyze_document(diag, run, features).model_dump(mode="json")
+
+
+def analyze_document(diag: Diagnosis, run: Run, features: bool = False):
+    """The typed analyze document (`diagnose.outputs.AnalyzeOut`): what --format json prints, and what attach keeps."""
     from diagnose.outputs import AnalyzeOut
 
     out: dict[str, Any] = {
@@ -41,4 +47,4 @@ def diagnosis_json(diag: Diagnosis, run: Run, features: bool = False) -> dict[st
     }
     if features:
         out["features"] = diag.features
-    return AnalyzeOut.model_validate(jsonable(out)).model_dump(mode="json", exclude_none=False)
+    return AnalyzeOut.model_validate(jsonable(out))
