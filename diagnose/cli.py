@@ -47,13 +47,19 @@ def _err(msg: str, hint: str | None = None) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     verbose = False
-    for flag in ("-v", "--verbose"):
-        while flag in argv:
-            argv.remove(flag)
+    end = argv.index("--") if "--" in argv else len(argv)  # after `--` a -v belongs to what follows
+    for i in range(end - 1, -1, -1):
+        if argv[i] in ("-v", "--verbose"):
+            del argv[i]
             verbose = True
-    if not argv or argv[0] in ("-h", "--help", "help"):
+    if not argv:  # a usage error: the help goes to stderr, with exit 2
+        sys.stderr.write(_top_help() + "\n")
+        return 2
+    if argv[0] == "help" and len(argv) > 1 and argv[1] in COMMANDS:
+        argv = [argv[1], "--help"]  # `swiftdoc help analyze` = `swiftdoc analyze --help`
+    elif argv[0] in ("-h", "--help", "help"):
         print(_top_help())
-        return 0 if argv else 2
+        return 0
     if argv[0] == "--version":
         print(f"swiftdoc {__version__}")
         return 0

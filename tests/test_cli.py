@@ -238,3 +238,36 @@ def test_plot_places_findings_where_they_happened():
     run = parse_run([str(ROOT / "fixtures" / "nan_4x")])
     by = {f.rule: f for f in analyze_run(run).findings}
     assert where_it_happened(run, by["NAN001"]) == 4.0 and where_it_happened(run, by["CFG005"]) is None
+
+
+def test_help_and_verbose_conventions():
+    bare = swiftdoc()
+    assert bare.returncode == 2 and not bare.stdout and b"commands:" in bare.stderr
+    h = swiftdoc("help", "analyze")
+    assert h.returncode == 0 and h.stdout.startswith(b"usage: swiftdoc analyze")
+    from diagnose import cli
+
+    seen = {}
+
+    class Probe:
+        HELP = "probe"
+
+        @staticmethod
+        def add_arguments(p):
+            p.add_argument("rest", nargs="*")
+
+        @staticmethod
+        def run(args):
+            seen["verbose"], seen["rest"] = args.verbose, args.rest
+            return 0
+
+    import sys as _sys
+
+    cli.COMMANDS["probe"] = ("probe", "probe")
+    _sys.modules["diagnose.commands.probe"] = Probe  # type: ignore[assignment]
+    try:
+        assert cli.main(["probe", "-v", "--", "a", "-v"]) == 0
+    finally:
+        del cli.COMMANDS["probe"]
+        del _sys.modules["diagnose.commands.probe"]
+    assert seen == {"verbose": True, "rest": ["a", "-v"]}  # a -v after `--` is an argument, not swiftdoc's
