@@ -200,6 +200,8 @@ def test_cli_once_text(tmp_path):
 def test_cli_stream_json_lines_until_the_end(tmp_path):
     p, log = start_replay(tmp_path, pace=0.002, step_pace=0.1, hold=0.2)
     try:
+        # the fake job makes its output dir after its interpreter starts: on a loaded machine that takes a while
+        assert wait_for(lambda: (tmp_path / "out").is_dir(), timeout=30)
         r = _cli("attach", str(tmp_path / "out"), "--format", "json", "--no-gpu", "--poll", "0.05", timeout=90)
     finally:
         stop(p)
