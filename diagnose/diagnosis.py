@@ -40,6 +40,8 @@ class Dropped(BaseModel):
 
 class Diagnosis(BaseModel):
     primary: Primary
+    culprit: dict[str, Any] | None = None  # the rank that failed first (diagnose.culprit), when several ranks failed
+    consequences: list[dict[str, Any]] = Field(default_factory=list)  # what the other ranks did because of it
     findings: list[Finding] = Field(default_factory=list)
     skipped: list[Skipped] = Field(default_factory=list)
     dropped: list[Dropped] = Field(default_factory=list)
@@ -147,8 +149,11 @@ def build_diagnosis(findings: list[Finding], skipped: list[Skipped], features: F
         primary = Primary(category="unknown", rule=None, severity="info", confidence="weak",
                           summary=f"Readable, but {what} was found in the input.",
                           missing="no training step rows and no error message in the text")
-    return Diagnosis(primary=primary, findings=ranked, skipped=skipped, dropped=merge_remedies(ranked),
-                     features=feats, notes=list(features.notes) + list(run.notes))
+    from diagnose.culprit import find_culprit
+
+    culprit, consequences = find_culprit(run, primary.category)
+    return Diagnosis(primary=primary, culprit=culprit, consequences=consequences, findings=ranked, skipped=skipped,
+                     dropped=merge_remedies(ranked), features=feats, notes=list(features.notes) + list(run.notes))
 
 
 def _healthy(run: Run, feats: dict[str, Any]) -> Primary:

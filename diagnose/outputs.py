@@ -88,9 +88,31 @@ class FindingOut(_Strict):
     references: list[str] = Field(default_factory=list)
 
 
+class CulpritOut(_Strict):
+    rank: Optional[int] = None
+    node: Optional[int] = None
+    host: Optional[str] = None
+    kind: str
+    category: str
+    file: Optional[str] = None
+    line: Optional[int] = None
+    time: Optional[str] = None
+    summary: str
+
+
+class ConsequenceOut(_Strict):
+    rank: Optional[int] = None
+    node: Optional[int] = None
+    kind: str
+    file: Optional[str] = None
+    line: Optional[int] = None
+
+
 class AnalyzeOut(_Strict):
     schema_version: Literal[2] = 2
     primary: Primary
+    culprit: Optional[CulpritOut] = None  # the rank that failed first, when the text shows several ranks failing
+    consequences: list[ConsequenceOut] = Field(default_factory=list)
     findings: list[FindingOut] = Field(default_factory=list)
     skipped: list[Skipped] = Field(default_factory=list)
     dropped: list[Dropped] = Field(default_factory=list)
@@ -183,6 +205,8 @@ class AttachOut(_Strict):
 
     schema_version: Literal[2] = 2
     primary: Optional[Primary] = None
+    culprit: Optional[CulpritOut] = None
+    consequences: list[ConsequenceOut] = Field(default_factory=list)
     findings: list[FindingOut] = Field(default_factory=list)
     skipped: list[Skipped] = Field(default_factory=list)
     dropped: list[Dropped] = Field(default_factory=list)

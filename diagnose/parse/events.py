@@ -196,21 +196,32 @@ class EventScanner:
         self._last_exc: dict[str, Any] | None = None  # the last exception line, for chained tracebacks
         self._causes_of_last: list[dict[str, Any]] = []
         self._causes: list[dict[str, Any]] = []  # set by 'The above exception was the direct cause ...'
+        self._rank: int | None = None  # rank of the line being read
 
     def _add(self, kind: str, lineno: int, text: str, detail: dict[str, Any] | None = None, fold_kind: bool = False) -> None:
         text = text.strip()[:500]
         key = (kind, "") if fold_kind else (kind, re.sub(r"\d+", "#", text)[:200])
         prev = self._seen.get(key)
+        rank = self._rank if self._rank is not None else (detail or {}).get("rank")
         if prev is not None:
             prev.detail["repeats"] = prev.detail.get("repeats", 1) + 1
+            if rank is not None:  # the same message from several ranks: keep who said it, in order
+                ranks = prev.detail.setdefault("ranks", [prev.detail["rank"]] if "rank" in prev.detail else [])
+                if rank not in ranks:
+                    ranks.append(rank)
             self._lines_with_event.add(lineno)
             return
-        ev = Event(kind=kind, line=lineno, text=text, file=self.file, detail=detail or {})
+        detail = dict(detail or {})
+        if rank is not None:
+            detail["rank"] = rank
+        ev = Event(kind=kind, line=lineno, text=text, file=self.file, detail=detail)
         self._seen[key] = ev
         self.events.append(ev)
         self._lines_with_event.add(lineno)
 
-    def feed(self, lineno: int, line: str) -> None:
+    def feed(self, lineno: int, line: str, rank: int | None = None) -> None:
+        """One text line (paste prefixes stripped); `rank`: the rank its `[rankN]:` tag named."""
+        self._rank = rank
         if _PREFILTER.search(line):
             # inside a traceback an indented line is source code ('raise ValueError("DeepSpeed is not ...")'):
             # the message it quotes is not what happened, the exception line below it is

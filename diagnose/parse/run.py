@@ -27,6 +27,7 @@ from diagnose.parse.lines import DATASET, PARAMS, InfoScanner
 from diagnose.parse.prefix import is_fence, strip_paste
 from diagnose.parse.sources import check_not_binary, resolve_inputs
 from diagnose.parse.steps import StepRows
+from diagnose.parse.torchrun import FailureTable
 from diagnose.parse.versions import detect_version
 
 _MAX_TEXT_LINE = 200_000  # longer physical lines are scanned on their head and tail only
@@ -39,6 +40,7 @@ class _StdoutResult:
         self.rows = StepRows()
         self.info = InfoScanner(run)
         self.events = EventScanner(name)
+        self.failures = FailureTable()
         self.lines = 0
         self.quoted: bool | None = None
         self.first_dict_text: str | None = None
@@ -83,11 +85,13 @@ def _scan_stdout(name: str, source: bytes | Path, run: Run) -> _StdoutResult:
             if is_fence(body):
                 continue
             res.info.feed(lineno, text)
-            res.events.feed(lineno, body)
+            res.events.feed(lineno, body, _rank)
+            res.failures.feed(lineno, body)
         base += scan.n_lines
     res.lines = base
     res.info.finish()
     res.events.finish()
+    run.failures.extend(dict(e, file=name) for e in res.failures.finish())
     for lineno, d in res.info.step_dicts:
         res.rows.add_dict(d, lineno)
     return res

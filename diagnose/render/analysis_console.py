@@ -49,6 +49,16 @@ def print_diagnosis(diag: Diagnosis, run: Run, console: Console | None = None, v
     if p.missing:
         head.append(f"\nnot in the text: {p.missing}", style="dim")
     c.print(Panel(head, title="swiftdoc", subtitle=_run_line(run), expand=True))
+    if diag.culprit:
+        cu = diag.culprit
+        c.print(Text.assemble(("culprit ", "bold"), (cu["summary"], ""),
+                              (f"  (line {cu['line']})" if cu.get("line") else "", "dim")))
+        if diag.consequences:
+            ranks = sorted({x["rank"] for x in diag.consequences if x.get("rank") is not None})
+            what = "; ".join(dict.fromkeys(x["kind"].split(":")[0] for x in diag.consequences))
+            c.print(Text(f"  then: {len(diag.consequences)} consequence(s)"
+                         + (f" on rank(s) {', '.join(map(str, ranks[:12]))}" if ranks else "") + f" ({what})", style="dim"))
+        c.print()
     shown = [f for f in diag.findings if verbose or f.severity != "info" or p.category == "healthy"]
     for f in shown:
         c.print(Text.assemble((f"{f.severity:<7} ", _STYLE.get(f.severity, "")), (f"{f.rule} ", "bold"),

@@ -31,6 +31,8 @@ def analyze_document(diag: Diagnosis, run: Run, features: bool = False):
     out: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "primary": diag.primary.model_dump(),
+        "culprit": diag.culprit,
+        "consequences": diag.consequences,
         "findings": [
             {
                 "rule": f.rule, "slug": f.slug, "category": f.category, "severity": f.severity,

@@ -63,6 +63,12 @@ def diagnosis_markdown(diag: Diagnosis, run: Run, quoted: dict[int, str] | None 
     if run.header_line is None and not run.ended:
         facts.append("an excerpt (neither the start nor the end of the run)")
     out += ["**Environment:** " + " · ".join(facts), ""]
+    if diag.culprit:
+        out += [f"**Culprit:** {diag.culprit['summary']}" + (f" (line {diag.culprit['line']})" if diag.culprit.get('line') else ""),
+                ""]
+        if diag.consequences:
+            out += [f"Then: {len(diag.consequences)} consequence(s): " + "; ".join(
+                (f"rank {x['rank']}: " if x.get("rank") is not None else "") + x["kind"] for x in diag.consequences[:6]), ""]
     cmd = _command(run)
     if cmd:
         out += ["**Launch command** (from the `run sh:` line):", "", "```bash", cmd, "```", ""]

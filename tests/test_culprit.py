@@ -1,0 +1,54 @@
+"""The rank that failed first in one capture of several ranks (issue #9's first part), and its consequences."""
+from __future__ import annotations
+
+from diagnose.parse import parse_run, parse_text
+from diagnose.pipeline import analyze_run
+from tests.conftest import FIXTURES
+
+RW = FIXTURES / "realworld" / "cases"
+
+INTERLEAVED = """\
+{'loss': 1.21, 'grad_norm': 0.8, 'learning_rate': 1e-05, 'token_acc': 0.7, 'epoch': 0.3, 'global_step/max_steps': '120/400', 'elapsed_time': '20m', 'remaining_time': '47m', 'memory(GiB)': 78.9, 'train_speed(s/it)': 10.0}
+[rank2]: Traceback (most recent call last):
+[rank2]:   File "/x/swift/trainers/mixin.py", line 500, in training_step
+[rank2]:     loss.backward()
+[rank2]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 2 has a total capacity of 79.14 GiB of which 1.23 GiB is free.
+[rank0]:[E1121 10:41:14.1 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5521, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800087 milliseconds before timing out.
+[rank1]:[E1121 10:41:14.1 ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5521, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800091 milliseconds before timing out.
+[rank3]:[E1121 10:41:14.1 ProcessGroupNCCL.cpp:632] [Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5521, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800095 milliseconds before timing out.
+W1121 10:41:15.0 1234 torch/distributed/elastic/multiprocessing/api.py:897] Sending process 41 closing signal SIGTERM
+W1121 10:41:15.0 1234 torch/distributed/elastic/multiprocessing/api.py:897] Sending process 42 closing signal SIGTERM
+"""
+
+
+def test_the_rank_with_its_own_error_is_the_culprit_the_timeouts_are_consequences():
+    run = parse_text(INTERLEAVED)
+    d = analyze_run(run)
+    assert d.primary.category == "oom"  # the cause, not the NCCL noise after it
+    assert d.culprit["rank"] == 2 and d.culprit["category"] == "oom" and d.culprit["line"] == 5
+    ranks = sorted(c["rank"] for c in d.consequences if c["rank"] is not None)
+    assert ranks == [0, 1, 3]
+    assert any("SIGTERM" in c["kind"] and "2 process(es)" in c["kind"] for c in d.consequences)
+
+
+def test_torchruns_root_cause_names_the_rank_and_host():
+    d = analyze_run(parse_run([str(RW / "014_bus_error.log")]))
+    assert d.culprit["rank"] == 0 and d.culprit["host"] == "32a68c302449" and "SIGBUS" in d.culprit["kind"]
+    assert d.culprit["time"] == "2023-04-14_06:35:35"
+    assert [c["rank"] for c in d.consequences if c["rank"] is not None] == [1]
+
+
+def test_rank_tagged_oom_before_the_launchers_sigterm():
+    d = analyze_run(parse_run([str(RW / "009_oom.log")]))
+    assert d.culprit["rank"] == 1 and d.culprit["category"] == "oom"
+    assert any("SIGTERM" in c["kind"] for c in d.consequences)
+
+
+def test_no_culprit_when_every_rank_only_times_out():
+    d = analyze_run(parse_run([str(RW / "050_nccl.log")]))
+    assert d.culprit is None and d.primary.category == "nccl"
+
+
+def test_a_single_process_run_has_no_culprit():
+    d = analyze_run(parse_run([str(FIXTURES / "nan_4x")]))
+    assert d.culprit is None and d.consequences == []
