@@ -14,9 +14,13 @@ cause.  Causes are ordered the way they happen:
    signals, the other entries of its table) are the consequences.
 A run where every rank reports the same collective timeout has no culprit in the
 text (the stuck rank is the one whose own error is missing): None.
+With several captures, one per node (each with its `run sh:` line and its own
+torchrun report), each report's root cause is classified - killed by a signal or
+failed of its own making, unclear, or failed in a collective - and the earliest
+of the first class (by the report's time) is the culprit; the other nodes'
+failures are consequences.  `node` is the capture's `--node_rank`.
 `culprit`: {rank, node, host, kind, category, file, line, time, summary};
-`consequences`: [{rank, node, kind, file, line}].  `node` is not known from one
-capture (None); several files, one per node, are issue #9's next step.
+`consequences`: [{rank, node, kind, file, line}].
 """
 from __future__ import annotations
 
@@ -51,44 +55,73 @@ def _ranks_of(e: Event) -> list[int]:
     return out
 
 
+def _classify(run: Run, entry: dict[str, Any]) -> tuple[int, str, str, Event | None]:
+    """(order, kind, category, event): 0 = the rank's own failure, 1 = unclear, 2 = it failed in a collective."""
+    rank, file = entry.get("rank"), entry.get("file")
+    same = [e for e in run.events if e.file == file and rank in _ranks_of(e)]
+    own = next((e for e in same if e.kind in OWN), None)
+    coll = next((e for e in same if e.kind in COLLECTIVE), None)
+    kind, cat = _exit_kind(entry)
+    if _SIGNALS.get(entry.get("exitcode")) in ("SIGBUS", "SIGKILL", "SIGSEGV", "SIGABRT"):
+        return 0, kind, cat, None  # killed by a signal of its own: nothing else on that rank explains it
+    if own is not None:
+        return 0, own.text[:160], OWN[own.kind], own
+    if coll is not None:
+        return 2, f"{coll.kind}: {coll.text[:120]}", "nccl", coll
+    return 1, kind, cat, None
+
+
 def find_culprit(run: Run, category: str | None = None) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     culprit: dict[str, Any] | None = None
-    root = next((f for f in run.failures if f.get("root_cause") and "rank" in f), None)
+    roots = [f for f in run.failures if f.get("root_cause") and "rank" in f]
     own = [e for e in run.events if e.kind in OWN and _ranks_of(e)]
-    if root is not None:
-        kind, cat = _exit_kind(root)
-        first_own = next((e for e in own if root["rank"] in _ranks_of(e)), None)
-        if first_own is not None:  # the rank's own message says more than its exit code
-            kind, cat = first_own.text[:160], OWN[first_own.kind]
-        culprit = {"rank": root["rank"], "node": None, "host": root.get("host"), "kind": kind,
-                   "category": category if category and category not in ("healthy", "unknown") else cat,
+    used_roots: list[dict[str, Any]] = []
+    if roots:
+        # several nodes, one table each: the rank that failed of its own making, earliest first
+        ranked = sorted(roots, key=lambda f: (_classify(run, f)[0], f.get("time") or "~", f.get("line") or 0))
+        root = ranked[0]
+        order, kind, cat, _ev = _classify(run, root)
+        node = run.nodes.get(root.get("file") or "")
+        if cat in ("unknown",) and category and category not in ("healthy", "unknown"):
+            cat = category
+        culprit = {"rank": root["rank"], "node": node, "host": root.get("host"), "kind": kind, "category": cat,
                    "file": root.get("file"), "line": root.get("line"), "time": root.get("time"),
-                   "summary": f"rank {root['rank']}" + (f" on {root['host']}" if root.get("host") else "")
-                              + f" failed first (torchrun's root cause): {kind}"}
+                   "summary": f"rank {root['rank']}" + (f" (node {node})" if node is not None else "")
+                              + (f" on {root['host']}" if root.get("host") else "")
+                              + f" failed first: {kind}" + (" (torchrun's root cause)" if len(roots) == 1 else
+                                                             f" ({root.get('time') or 'earliest'}, of {len(roots)} nodes' reports)")}
+        used_roots = ranked[1:]
     elif own:
         e = min(own, key=lambda e: e.line)
         rank = _ranks_of(e)[0]
-        culprit = {"rank": rank, "node": None, "host": None, "kind": e.text[:160],
+        node = run.nodes.get(e.file or "")
+        culprit = {"rank": rank, "node": node, "host": None, "kind": e.text[:160],
                    "category": OWN[e.kind] if e.kind != "traceback" or not category else category,
                    "file": e.file, "line": e.line, "time": None,
-                   "summary": f"rank {rank} failed first: {e.text[:120]}"}
+                   "summary": f"rank {rank}" + (f" (node {node})" if node is not None else "") + f" failed first: {e.text[:120]}"}
     if culprit is None:
         return None, []
     cons: list[dict[str, Any]] = []
+    for f in used_roots:
+        _o, kind, _c, _e = _classify(run, f)
+        cons.append({"rank": f["rank"], "node": run.nodes.get(f.get("file") or ""), "kind": f"then failed: {kind}",
+                     "file": f.get("file"), "line": f.get("line")})
+    done = {(c["file"], c["rank"]) for c in cons}
     for e in run.events:
         if e.kind in COLLECTIVE:
             for r in _ranks_of(e):
-                if r != culprit["rank"]:
-                    cons.append({"rank": r, "node": None, "kind": f"{e.kind}: {e.text[:100]}", "file": e.file, "line": e.line})
+                if r != culprit["rank"] and (e.file, r) not in done:
+                    cons.append({"rank": r, "node": run.nodes.get(e.file or ""), "kind": f"{e.kind}: {e.text[:100]}",
+                                 "file": e.file, "line": e.line})
         elif e.kind == "closing_signal":
             n = int(e.detail.get("repeats", 1))
-            cons.append({"rank": None, "node": None, "kind": f"{n} process(es) sent {e.detail.get('name', 'a signal')} "
-                                                             "by torchrun", "file": e.file, "line": e.line})
+            cons.append({"rank": None, "node": run.nodes.get(e.file or ""), "kind": f"{n} process(es) sent "
+                         f"{e.detail.get('name', 'a signal')} by torchrun", "file": e.file, "line": e.line})
     for f in run.failures:
         if not f.get("root_cause") and "rank" in f and f["rank"] != culprit["rank"]:
             kind, _ = _exit_kind(f)
-            cons.append({"rank": f["rank"], "node": None, "kind": f"also failed: {kind}", "file": f.get("file"),
-                         "line": f.get("line")})
+            cons.append({"rank": f["rank"], "node": run.nodes.get(f.get("file") or ""), "kind": f"also failed: {kind}",
+                         "file": f.get("file"), "line": f.get("line")})
     return culprit, cons
 
 

@@ -44,7 +44,8 @@ class Finding(BaseModel):
     summary: str
     evidence: str
     values: dict[str, Any] = Field(default_factory=dict)
-    lines: list[int] = Field(default_factory=list)
+    lines: list[int] = Field(default_factory=list)  # lines of the run's main capture (Run.line_file)
+    refs: list[dict[str, Any]] = Field(default_factory=list)  # every (file, line) of the evidence, all captures
     remedies: list[ResolvedRemedy] = Field(default_factory=list)
     references: list[str] = Field(default_factory=list)
     # certain: the category's own signature is in the text; probable: inferred; weak: thin evidence
@@ -184,10 +185,11 @@ def _round_for(flag: str | None, value: Any) -> Any:
 _CONF_ORDER = ("certain", "probable", "weak")
 
 
-def _confidence(declared: str, decisive: list[int], probable: set[int]) -> tuple[str, str | None]:
+def _confidence(declared: str, decisive: list[tuple[str | None, int]],
+                probable: dict[tuple[str | None, int], str]) -> tuple[str, str | None]:
     """The rule's own confidence, lowered to probable when every line that decided it is a partial signature."""
-    if declared == "certain" and decisive and all(ln in probable for ln in decisive):
-        return "probable", "the decisive message is cut or only implies the category (its full line is not in the text)"
+    if declared == "certain" and decisive and all(r in probable for r in decisive):
+        return "probable", probable[decisive[0]]
     return declared, None
 
 
@@ -204,13 +206,15 @@ def evaluate_rules(rules: list[Rule], features: Features) -> tuple[list[Finding]
         if not eval_group(rule.when, feats, rule.params, used):
             continue
         names = set(used) | set(rule.requires) | {n for n in template_names(rule.evidence) if n in feats}
-        lines = sorted({ln for n in names for ln in features.lines.get(n, [])})
-        decisive = sorted({ln for n in used for ln in features.lines.get(n, [])})
+        refs = sorted({r for n in names for r in features.lines.get(n, [])}, key=lambda r: (r[0] or "", r[1]))
+        lines = sorted({ln for f, ln in refs if f == features.line_file})
+        decisive = sorted({r for n in used for r in features.lines.get(n, [])}, key=lambda r: (r[0] or "", r[1]))
         conf, missing = _confidence(rule.confidence, decisive, features.probable_lines)
         findings.append(Finding(
             rule=rule.id, slug=rule.slug, category=rule.category, severity=rule.severity, priority=rule.priority,
             summary=rule.summary, evidence=_evidence(rule, feats),
             values={n: feats.get(n) for n in sorted(names)}, lines=lines,
             remedies=_resolve(rule, feats), references=rule.references, confidence=conf, missing=missing,
+            refs=[{"file": f, "line": ln} for f, ln in refs],
         ))
     return findings, skipped

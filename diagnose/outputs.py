@@ -84,6 +84,7 @@ class FindingOut(_Strict):
     values: dict[str, Any] = Field(default_factory=dict)
     lines: list[int] = Field(default_factory=list)
     file: Optional[str] = None  # the file `lines` point into
+    refs: list[dict[str, Any]] = Field(default_factory=list)  # every (file, line) of the evidence, all captures
     remedies: list[ResolvedRemedy] = Field(default_factory=list)
     references: list[str] = Field(default_factory=list)
 

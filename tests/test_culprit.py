@@ -52,3 +52,17 @@ def test_no_culprit_when_every_rank_only_times_out():
 def test_a_single_process_run_has_no_culprit():
     d = analyze_run(parse_run([str(FIXTURES / "nan_4x")]))
     assert d.culprit is None and d.consequences == []
+
+
+def test_real_two_node_job_names_the_killed_node_and_the_consequence():
+    """fixtures/multinode_kill_4x: a real NNODES=2 gloo job, node 1's worker SIGKILLed after step 12."""
+    run = parse_run([str(FIXTURES / "multinode_kill_4x")])
+    assert run.nodes == {str(FIXTURES / "multinode_kill_4x" / "node0.log"): 0,
+                         str(FIXTURES / "multinode_kill_4x" / "node1.log"): 1}
+    d = analyze_run(run)
+    cu = d.culprit
+    assert (cu["rank"], cu["node"]) == (1, 1) and "SIGKILL" in cu["kind"] and cu["file"].endswith("node1.log")
+    assert [(c["rank"], c["node"]) for c in d.consequences if c["rank"] is not None] == [(0, 0)]
+    assert d.primary.category == "oom" and d.primary.confidence == "probable"
+    oom = next(f for f in d.findings if f.rule == "OOM002")
+    assert {r["file"].rsplit("/", 1)[-1] for r in oom.refs} >= {"node1.log"}  # evidence cites its own file

@@ -15,6 +15,11 @@ _NOT_STOPPING = {"nan", "allocator_flush", "traceback", "traceback_cut", "ddp_in
                  "video_decode_fallback", "video_torchvision"}
 
 
+def _ref(e) -> tuple[str | None, int]:
+    """Evidence is (file, line): with several captures, an event's line is in its own file."""
+    return e.file, e.line
+
+
 def _events(ctx: Ctx, kind: str):
     return [e for e in ctx.run.events if e.kind == kind]
 
@@ -23,7 +28,7 @@ def _make(kind: str):
     def fn(ctx: Ctx):
         evs = _events(ctx, kind)
         n = sum(int(e.detail.get("repeats", 1)) for e in evs) if kind != "nan" else len(evs)
-        return n, [e.line for e in evs[:5]]
+        return n, [_ref(e) for e in evs[:5]]
 
     return fn
 
@@ -55,14 +60,14 @@ def _tb(ctx: Ctx):
     text = last.text
     if causes:  # the chain, root first: 'JSON parse error ... in row 50' is what to fix, not the wrapper
         text += " <- caused by: " + " <- ".join(c["text"] for c in reversed(causes))
-    return text, [c["line"] for c in causes][-2:] + [last.line]
+    return text, [(last.file, c["line"]) for c in causes][-2:] + [_ref(last)]
 
 
 @feature("oom_capacity_gib", "GiB", "GPU capacity quoted by a CUDA OOM message ('total capacity of X GiB').", FAMILY)
 def _oom_cap(ctx: Ctx):
     for e in _events(ctx, "cuda_oom"):
         if "capacity_gib" in e.detail:
-            return e.detail["capacity_gib"], [e.line]
+            return e.detail["capacity_gib"], [_ref(e)]
     return None
 
 
@@ -70,7 +75,7 @@ def _oom_cap(ctx: Ctx):
 def _oom_tried(ctx: Ctx):
     for e in _events(ctx, "cuda_oom"):
         if "tried_gib" in e.detail:
-            return e.detail["tried_gib"], [e.line]
+            return e.detail["tried_gib"], [_ref(e)]
     return None
 
 
@@ -99,14 +104,14 @@ def _oom_phase(ctx: Ctx):
     evs = _events(ctx, "cuda_oom")
     if not evs:
         return None
-    return _phase_at(ctx, evs[0].line), [evs[0].line]
+    return _phase_at(ctx, evs[0].line), [_ref(evs[0])]
 
 
 @feature("stop_signal", "text", "Signal that ended the run (SIGTERM, SIGHUP, SIGINT, SIGKILL) when the logs say so.", FAMILY)
 def _sig(ctx: Ctx):
     for e in _events(ctx, "signal"):
         name = e.detail.get("name") or {1: "SIGHUP", 2: "SIGINT", 9: "SIGKILL", 15: "SIGTERM"}.get(e.detail.get("signal"))
-        return (name or "signal"), [e.line]
+        return (name or "signal"), [_ref(e)]
     return None
 
 
@@ -170,10 +175,10 @@ def _cfg_err(ctx: Ctx):
         for name, needles in _CONFIG_ERRORS:
             if name == "max_steps_required":
                 if "max_steps" in e.text and "streaming" in e.text.lower():
-                    return name, [e.line]
+                    return name, [_ref(e)]
                 continue
             if any(n in e.text for n in needles):
-                return name, [e.line]
+                return name, [_ref(e)]
     return None
 
 
@@ -186,7 +191,7 @@ def _rejected(ctx: Ctx):
     for e in ctx.run.events:
         if e.kind == "bad_args":
             out += [f for f in re.findall(r"'(--[\w.-]+)'", e.text) if f not in out]
-            lines.append(e.line)
+            lines.append(_ref(e))
     return (out, lines) if out else ([] if ctx.run.recognized else None)
 
 
@@ -218,8 +223,8 @@ def _cut_where(ctx: Ctx):
         hay = f"{frame.get('file', '')} {frame.get('func', '')}"
         for name, needles in _WHERE:
             if any(n in hay for n in needles):
-                return name, [e.line]
-    return "other", [e.line]
+                return name, [_ref(e)]
+    return "other", [_ref(e)]
 
 
 @feature("capture_whole", "bool",
@@ -237,7 +242,7 @@ def _excerpt(ctx: Ctx):
 def _first_detail(ctx: Ctx, kind: str, key: str):
     for e in _events(ctx, kind):
         if key in e.detail:
-            return e.detail[key], [e.line]
+            return e.detail[key], [_ref(e)]
     return None
 
 

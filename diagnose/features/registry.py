@@ -63,7 +63,7 @@ class Ctx:
     host: dict[str, Any] | None
     options: Options
     values: dict[str, Any] = field(default_factory=dict)
-    lines: dict[str, list[int]] = field(default_factory=dict)
+    lines: dict[str, list[tuple[str | None, int]]] = field(default_factory=dict)
 
     def get(self, name: str) -> Any:
         return self.values.get(name)
@@ -79,10 +79,11 @@ class Ctx:
 @dataclass
 class Features:
     values: dict[str, Any]
-    lines: dict[str, list[int]]
+    lines: dict[str, list[tuple[str | None, int]]]  # (file, line): evidence of each feature
     notes: list[str] = field(default_factory=list)
-    # lines whose event only implies its kind (a cut message, an allocation failure seen through NCCL)
-    probable_lines: set[int] = field(default_factory=set)
+    # (file, line) of events that only imply their kind (a cut message, SIGKILL for the OOM killer) -> what is missing
+    probable_lines: dict[tuple[str | None, int], str] = field(default_factory=dict)
+    line_file: str | None = None  # the capture bare line numbers point into
 
     def get(self, name: str) -> Any:
         return self.values.get(name)
@@ -111,9 +112,20 @@ def compute_features(run: Run, samples: dict[str, Any] | None = None, host: dict
             out = None
         if isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], list):
             val, lines = out
-            ctx.lines[f.name] = [int(x) for x in lines if x is not None]
+            ctx.lines[f.name] = [_ref(x, run.line_file) for x in lines if x is not None]
         else:
             val = out
         ctx.values[f.name] = _clean(val)
-    probable = {e.line for e in run.events if e.detail.get("confidence") in ("probable", "weak")}
-    return Features(ctx.values, ctx.lines, notes, probable)
+    probable = {(e.file, e.line): e.detail.get("missing") or _MISSING for e in run.events
+                if e.detail.get("confidence") in ("probable", "weak")}
+    return Features(ctx.values, ctx.lines, notes, probable, run.line_file)
+
+
+_MISSING = "the decisive message is cut or only implies the category (its full line is not in the text)"
+
+
+def _ref(x: Any, line_file: str | None) -> tuple[str | None, int]:
+    """A feature's evidence entry: a bare line (into the run's main capture) or (file, line)."""
+    if isinstance(x, tuple):
+        return (x[0] or line_file, int(x[1]))
+    return (line_file, int(x))

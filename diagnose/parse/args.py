@@ -1,7 +1,7 @@
 """Launch configuration from what ms-swift echoes: the `run sh:` line and the args dump.
 
 Contract:
-- `parse_run_sh(line)` -> {argv, command, launcher, nproc_per_node, nnodes, flags}
+- `parse_run_sh(line)` -> {argv, command, launcher, nproc_per_node, nnodes, node_rank, flags}
   or None; `argv` is the swift argv after the CLI script path.
 - `argv_to_flags(argv)` -> {flag: value}: `--k v` (typed: int/float/bool/str),
   multi-value flags as lists, a bare `--k` as True.
@@ -94,6 +94,9 @@ def parse_run_sh(line: str) -> dict[str, Any] | None:
         if "nnodes" in tflags:
             nn = tflags["nnodes"]
             out["nnodes"] = int(nn) if isinstance(nn, (int, float)) else None
+        if "node_rank" in tflags:
+            nr = tflags["node_rank"]
+            out["node_rank"] = int(nr) if isinstance(nr, (int, float)) else None
     out["argv"] = toks[script_at + 1 :]
     out["flags"] = argv_to_flags(out["argv"])
     return out

@@ -145,6 +145,7 @@ class Signature(NamedTuple):
     cases: dict[str, list[str]]
     fold_kind: bool = False  # every line of this kind folds into its first event (chatty logs such as NCCL INFO)
     in_source: bool = False  # may match a traceback's source-code line (the message printed as code, not as output)
+    missing: str | None = None  # for a partial signature: what the text lacks for certainty
 
 
 def load_signatures(path: Path = Path(__file__).with_name("signatures.yaml")) -> list[Signature]:
@@ -164,7 +165,7 @@ def load_signatures(path: Path = Path(__file__).with_name("signatures.yaml")) ->
         flags = re.I if "ignorecase" in str(e.get("flags", "")) else 0
         out.append(Signature(e["kind"], re.compile(e["pattern"], flags), _DETAILS[e.get("detail", "none")],
                              e.get("confidence", "certain"), tuple(e["needles"]), e["source"], e.get("cases") or {},
-                             e.get("fold") == "kind", bool(e.get("in_source", False))))
+                             e.get("fold") == "kind", bool(e.get("in_source", False)), e.get("missing")))
     return out
 
 
@@ -234,6 +235,8 @@ class EventScanner:
                     detail = sig.detail(m, line) if sig.detail else {}
                     if sig.confidence != "certain":
                         detail["confidence"] = sig.confidence
+                        if sig.missing:
+                            detail["missing"] = sig.missing
                     self._add(sig.kind, lineno, line, detail, sig.fold_kind)
                     break
         self._traceback(lineno, line)

@@ -142,6 +142,7 @@ class InfoScanner:
         self.step_dicts: list[tuple[int, dict[str, Any]]] = []  # training rows read from text lines (JSON, HF, pretty)
         self.trainer_hints: dict[str, int] = {}
         self.snapshots = Snapshots()
+        self.node_rank: int | None = None  # from this capture's `run sh:` (torchrun --node_rank)
         self._pretty: dict[str, Any] | None = None  # a pretty-printed JSON object being read (trainer_state.json)
         self._pretty_line = 0
 
@@ -219,6 +220,7 @@ class InfoScanner:
             launch.launcher = parsed["launcher"]
             launch.nproc_per_node = parsed.get("nproc_per_node")
             launch.nnodes = parsed.get("nnodes")
+            self.node_rank = parsed.get("node_rank")  # per capture: several files of one job are its nodes
             launch.line = lineno
             for k, v in parsed["flags"].items():
                 launch.flags[k] = v

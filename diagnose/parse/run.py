@@ -92,6 +92,8 @@ def _scan_stdout(name: str, source: bytes | Path, run: Run) -> _StdoutResult:
     res.info.finish()
     res.events.finish()
     run.failures.extend(dict(e, file=name) for e in res.failures.finish())
+    if res.info.node_rank is not None:
+        run.nodes[name] = res.info.node_rank
     for lineno, d in res.info.step_dicts:
         res.rows.add_dict(d, lineno)
     return res

@@ -36,6 +36,14 @@ def _run_line(run: Run) -> str:
     return " · ".join(parts)
 
 
+def refs_by_file(f, run: Run) -> list[tuple[str, list[int]]]:
+    """A finding's evidence lines grouped by the capture they are in (the main capture first)."""
+    by: dict[str, list[int]] = {}
+    for r in f.refs or [{"file": run.line_file, "line": ln} for ln in f.lines]:
+        by.setdefault(r["file"] or run.line_file or "log", []).append(r["line"])
+    return sorted(by.items(), key=lambda kv: kv[0] != run.line_file)
+
+
 def print_diagnosis(diag: Diagnosis, run: Run, console: Console | None = None, verbose: bool = False) -> None:
     c = console or Console(highlight=False)
     p = diag.primary
@@ -51,8 +59,8 @@ def print_diagnosis(diag: Diagnosis, run: Run, console: Console | None = None, v
     c.print(Panel(head, title="swiftdoc", subtitle=_run_line(run), expand=True))
     if diag.culprit:
         cu = diag.culprit
-        c.print(Text.assemble(("culprit ", "bold"), (cu["summary"], ""),
-                              (f"  (line {cu['line']})" if cu.get("line") else "", "dim")))
+        where = f"  ({cu['file']}:{cu['line']})" if cu.get("file") and cu.get("line") else ""
+        c.print(Text.assemble(("culprit ", "bold"), (cu["summary"], ""), (where, "dim")))
         if diag.consequences:
             ranks = sorted({x["rank"] for x in diag.consequences if x.get("rank") is not None})
             what = "; ".join(dict.fromkeys(x["kind"].split(":")[0] for x in diag.consequences))
@@ -65,9 +73,8 @@ def print_diagnosis(diag: Diagnosis, run: Run, console: Console | None = None, v
                               (f"{f.slug}", "dim"), ("" if f.confidence == "certain" else f"  ({f.confidence})", "italic")))
         c.print(f"  {f.summary}")
         c.print(Text("  evidence: ", style="dim") + Text(f.evidence))
-        if f.lines:
-            src = run.line_file or "log"
-            c.print(Text(f"  lines: {', '.join(str(x) for x in f.lines[:8])}" + (" …" if len(f.lines) > 8 else "")
+        for src, nums in refs_by_file(f, run):
+            c.print(Text(f"  lines: {', '.join(str(x) for x in nums[:8])}" + (" …" if len(nums) > 8 else "")
                          + f"  ({src})", style="dim"))
         for r in f.remedies:
             c.print(Text.assemble(("  → ", ""), (f"[{r.effect}] ", _EFFECT.get(r.effect, "")), (r.title, "")))

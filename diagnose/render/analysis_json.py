@@ -38,6 +38,7 @@ def analyze_document(diag: Diagnosis, run: Run, features: bool = False):
                 "rule": f.rule, "slug": f.slug, "category": f.category, "severity": f.severity,
                 "confidence": f.confidence, "missing": f.missing, "summary": f.summary,
                 "evidence": f.evidence, "values": f.values, "lines": f.lines, "file": run.line_file if f.lines else None,
+                "refs": f.refs,
                 "remedies": [r.model_dump() for r in f.remedies], "references": f.references,
             }
             for f in diag.findings

@@ -11,10 +11,12 @@ causes, suggested flag changes as a real `diff` of the command line, and advice.
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 
 from diagnose.diagnosis import Diagnosis
 from diagnose.models import Run
 from diagnose.parse.prefix import strip_ansi
+from diagnose.render.analysis_console import refs_by_file
 from diagnose.render.ops_text import op_lines
 from diagnose.render.run_text import TRAINER_NAMES
 
@@ -64,7 +66,8 @@ def diagnosis_markdown(diag: Diagnosis, run: Run, quoted: dict[int, str] | None 
         facts.append("an excerpt (neither the start nor the end of the run)")
     out += ["**Environment:** " + " · ".join(facts), ""]
     if diag.culprit:
-        out += [f"**Culprit:** {diag.culprit['summary']}" + (f" (line {diag.culprit['line']})" if diag.culprit.get('line') else ""),
+        cu = diag.culprit
+        out += [f"**Culprit:** {cu['summary']}" + (f" ({cu['file']}:{cu['line']})" if cu.get("file") and cu.get("line") else ""),
                 ""]
         if diag.consequences:
             out += [f"Then: {len(diag.consequences)} consequence(s): " + "; ".join(
@@ -76,8 +79,8 @@ def diagnosis_markdown(diag: Diagnosis, run: Run, quoted: dict[int, str] | None 
         out += ["| severity | rule | confidence | finding | evidence | lines |", "|---|---|---|---|---|---|"]
         for f in diag.findings:
             ev = f.evidence.replace("|", "\\|").replace("\n", " ")
-            out.append(f"| {f.severity} | `{f.rule}` {f.slug} | {f.confidence} | {f.summary} | {ev} | "
-                       f"{', '.join(map(str, f.lines[:6]))} |")
+            where = "; ".join(f"{Path(src).name}: {', '.join(map(str, nums[:6]))}" for src, nums in refs_by_file(f, run))
+            out.append(f"| {f.severity} | `{f.rule}` {f.slug} | {f.confidence} | {f.summary} | {ev} | {where} |")
         out.append("")
     causes = _causes(run)
     if causes:
