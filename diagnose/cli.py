@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "attach": ("attach", "follow a running job (PID, output dir or log) and diagnose it live"),
     "sample": ("sample", "sample GPU metrics with NVML into a samples file"),
     "verify": ("verify", "re-run baseline and patched trials through ms-swift and measure the gain"),
+    "fleet": ("fleet", "analyse every run under some folders: one row per run (a sweep's state)"),
 }
 
 

@@ -1,0 +1,80 @@
+"""`swiftdoc fleet`: one row per run under some roots, every format, filters, --fail-on, half-written runs."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from diagnose.fleet import ROW_KEYS, analyse_runs, find_runs
+from tests.conftest import FIXTURES, ROOT
+
+
+def fleet(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "diagnose", "fleet", "--no-progress", *args], capture_output=True,
+                          cwd=ROOT, timeout=300, text=True)
+
+
+def _sweep(tmp: Path) -> Path:
+    root = tmp / "sweep"
+    for name in ("healthy_4x", "nan_4x", "starved_4x"):
+        shutil.copytree(FIXTURES / name, root / name)
+    out = root / "lr1e-4" / "output" / "v0-20261121-012425"  # a run folder as ms-swift writes it
+    out.mkdir(parents=True)
+    for f in ("logging.jsonl", "args.json"):
+        shutil.copy(FIXTURES / "healthy_4x" / f, out / f)
+    (out / "checkpoint-10").mkdir()  # not a run of its own
+    half = root / "still_running" / "v0-20261121-020000"
+    half.mkdir(parents=True)
+    data = (FIXTURES / "healthy_4x" / "logging.jsonl").read_bytes()
+    (half / "logging.jsonl").write_bytes(data[: len(data) // 3] + b'{"loss": 1.2, "grad_no')  # cut mid-line
+    (root / "empty.log").write_bytes(b"")
+    return root
+
+
+def test_finds_every_run_and_nothing_else(tmp_path):
+    root = _sweep(tmp_path)
+    names = sorted(str(p.relative_to(root)) for p in find_runs([str(root)]))
+    # a fixture folder holds logging.jsonl + args.json beside its capture: it is one run folder
+    assert names == ["empty.log", "healthy_4x", "lr1e-4/output/v0-20261121-012425", "nan_4x", "starved_4x",
+                     "still_running/v0-20261121-020000"]
+
+
+def test_rows_in_every_format_with_half_written_runs_as_rows(tmp_path):
+    root = _sweep(tmp_path)
+    doc = json.loads(fleet(str(root), "--format", "json").stdout)
+    assert doc["schema_version"] == 1 and len(doc["runs"]) == 6
+    by = {Path(r["path"]).relative_to(root).parts[0]: r for r in doc["runs"]}
+    assert by["nan_4x"]["category"] == "nan" and by["healthy_4x"]["category"] == "healthy"
+    assert by["healthy_4x"]["samples_per_s"] > 0 and by["healthy_4x"]["steps"] == 20
+    assert by["still_running"]["category"] != "unreadable" and by["still_running"]["steps"] > 0
+    assert by["empty.log"]["category"] == "unreadable" and "empty" in by["empty.log"]["error"]
+    rows = list(csv.DictReader(io.StringIO(fleet(str(root), "--format", "csv").stdout)))
+    assert len(rows) == 6 and list(rows[0]) == list(ROW_KEYS)
+    md = fleet(str(root), "--format", "markdown").stdout
+    assert md.startswith("| run | ms-swift |") and md.count("\n") == 8
+    table = fleet(str(root)).stdout
+    assert "verdict" in table and "6 run(s)" in table
+
+
+def test_sort_filter_and_fail_on(tmp_path):
+    root = _sweep(tmp_path)
+    doc = json.loads(fleet(str(root), "--format", "json", "--where", "category=healthy", "--sort", "samples_per_s",
+                           "--desc").stdout)
+    sps = [r["samples_per_s"] for r in doc["runs"]]
+    known = [x for x in sps if x is not None]
+    assert len(known) >= 2 and sps[: len(known)] == sorted(known, reverse=True)  # unknown values last
+    assert all(r["category"] == "healthy" for r in doc["runs"])
+    assert fleet(str(root), "--where", "category=healthy", "--fail-on", "error").returncode == 0
+    assert fleet(str(root), "--fail-on", "error").returncode == 1
+    bad = fleet(str(root), "--sort", "nope")
+    assert bad.returncode == 2 and bad.stderr.startswith("error: unknown --sort column")
+    assert fleet(str(tmp_path / "nothing")).returncode == 2
+
+
+def test_parallel_rows_equal_sequential_rows(tmp_path):
+    paths = find_runs([str(_sweep(tmp_path))])
+    assert list(analyse_runs(paths, jobs=2)) == list(analyse_runs(paths, jobs=1))
