@@ -293,10 +293,11 @@ def _ms(row: dict, *names: str) -> float | None:
 
 @feature("optimizer_step_frac", "fraction",
          "Share of forward + backward + optimizer step time spent in the optimizer step, from DeepSpeed's "
-         "wall_clock_breakdown timers (median over the rows that have all three).", FAMILY)
+         "wall_clock_breakdown timers (median over the per-iteration rows, else the micro-step rows).", FAMILY)
 def _osf(ctx: Ctx):
     fr, lines = [], []
-    for r in ctx.run.timers:
+    rows = [r for r in ctx.run.timers if "step" in r] or ctx.run.timers  # the per-iteration rows when printed
+    for r in rows:
         # names: deepspeed/utils/timer.py ('fwd', 'bwd', 'step'; 'forward', 'backward' in older releases)
         f = _ms(r, "fwd", "forward", "fwd_microstep", "forward_microstep")
         b = _ms(r, "bwd", "backward", "bwd_microstep", "backward_microstep")
