@@ -12,8 +12,11 @@ cause.  Causes are ordered the way they happen:
 3. the ranks that then failed in a collective (NCCL/gloo errors, watchdog
    timeouts, store timeouts) or were stopped by the launcher (its closing
    signals, the other entries of its table) are the consequences.
-A run where every rank reports the same collective timeout has no culprit in the
-text (the stuck rank is the one whose own error is missing): None.
+With only watchdog timeouts, each rank's pending collective (NCCL's WorkNCCL
+SeqNum, OpType, NumelIn, per process group) names the rank that fell behind
+(lowest SeqNum) or says the ranks desynchronised (same SeqNum, different op or
+size) - probable; a run where every rank reports the same collective has no
+culprit in the text (the stuck rank is the one whose own error is missing): None.
 With several captures, one per node (each with its `run sh:` line and its own
 torchrun report), each report's root cause is classified - killed by a signal or
 failed of its own making, unclear, or failed in a collective - and the earliest
@@ -54,6 +57,62 @@ def _ranks_of(e: Event) -> list[int]:
     if not out and "rank" in e.detail:
         out = [e.detail["rank"]]
     return out
+
+
+def _watchdog_culprit(run: Run) -> dict[str, Any] | None:
+    """Only watchdog timeouts in the text: compare the collective each rank was waiting in (NCCL's WorkNCCL).
+
+    Per process group, when every rank reports one SeqNum: the rank whose SeqNum is lower than the others' is
+    behind - it left the collective sequence first (stuck in an earlier collective, or in code the others did
+    not run); equal SeqNums with different OpType or NumelIn mean the ranks desynchronised (they called
+    different collectives).  Probable either way: the stuck rank's own state is not in the text.
+    """
+    works: list[dict[str, Any]] = []
+    for e in run.events:
+        if e.kind == "nccl_timeout":
+            works += e.detail.get("per_rank") or ([{**e.detail, "line": e.line, "file": e.file}] if "seq" in e.detail else [])
+    groups: dict[Any, list[dict[str, Any]]] = {}
+    for w in works:
+        if w.get("rank") is not None and w.get("seq") is not None:
+            groups.setdefault(w.get("pg"), []).append(w)
+    for pg, ws in groups.items():
+        by_rank: dict[int, list[dict[str, Any]]] = {}
+        for w in ws:
+            by_rank.setdefault(w["rank"], []).append(w)
+        if len(by_rank) < 2 or any(len({x["seq"] for x in v}) > 1 for v in by_rank.values()):
+            continue  # one rank reports several collectives: they belong to process groups the text does not name
+        one = {r: v[0] for r, v in by_rank.items()}
+        seqs = {w["seq"] for w in one.values()}
+        where = f" in process group {pg}" if pg is not None else ""
+        if len(seqs) > 1:
+            low = min(seqs)
+            lag = sorted(r for r, w in one.items() if w["seq"] == low)
+            if len(lag) < len(one):
+                w = one[lag[0]]
+                others = sorted({x["seq"] for x in one.values() if x["seq"] != low})
+                return {"rank": lag[0] if len(lag) == 1 else None, "node": None, "host": None, "category": "nccl",
+                        "kind": f"behind in the collective sequence: SeqNum {low} while the others wait at "
+                                f"{', '.join(map(str, others))}", "file": w.get("file") or _file_of(run, w),
+                        "line": w.get("line"), "time": None, "confidence": "probable",
+                        "summary": f"rank(s) {', '.join(map(str, lag))}{where} fell behind: their watchdog reports "
+                                   f"SeqNum {low}, the other ranks' {', '.join(map(str, others))} - the lagging rank "
+                                   "stopped issuing collectives first"}
+        ops = {w["op"] for w in one.values() if w.get("op")}  # a report cut before its op says nothing about it
+        sizes = {w["numel_in"] for w in one.values() if w.get("numel_in") is not None}
+        if len(ops) > 1 or len(sizes) > 1:
+            w = next(iter(one.values()))
+            what = "; ".join(f"rank {r}: {x.get('op')} of {x.get('numel_in')} elements" for r, x in sorted(one.items()))
+            return {"rank": None, "node": None, "host": None, "category": "nccl", "confidence": "probable",
+                    "kind": f"desynchronised at SeqNum {w['seq']}", "file": w.get("file") or _file_of(run, w),
+                    "line": w.get("line"), "time": None,
+                    "summary": f"the ranks{where} desynchronised at SeqNum {w['seq']} ({what}): they called "
+                               "different collectives (a rank-dependent branch, or ranks running different numbers "
+                               "of steps)"}
+    return None
+
+
+def _file_of(run: Run, w: dict[str, Any]) -> str | None:
+    return run.line_file
 
 
 def _classify(run: Run, entry: dict[str, Any]) -> tuple[int, str, str, Event | None]:
@@ -100,6 +159,8 @@ def find_culprit(run: Run, category: str | None = None) -> tuple[dict[str, Any] 
                    "category": OWN[e.kind] if e.kind != "traceback" or not category else category,
                    "file": e.file, "line": e.line, "time": None,
                    "summary": f"rank {rank}" + (f" (node {node})" if node is not None else "") + f" failed first: {e.text[:120]}"}
+    if culprit is None:
+        culprit = _watchdog_culprit(run)
     if culprit is None:
         return None, []
     cons: list[dict[str, Any]] = []

@@ -98,6 +98,7 @@ class CulpritOut(_Strict):
     file: Optional[str] = None
     line: Optional[int] = None
     time: Optional[str] = None
+    confidence: Literal["certain", "probable", "weak"] = "certain"
     summary: str
 
 

@@ -66,3 +66,27 @@ def test_real_two_node_job_names_the_killed_node_and_the_consequence():
     assert d.primary.category == "oom" and d.primary.confidence == "probable"
     oom = next(f for f in d.findings if f.rule == "OOM002")
     assert {r["file"].rsplit("/", 1)[-1] for r in oom.refs} >= {"node1.log"}  # evidence cites its own file
+
+
+def _watchdog(rank: int, seq: int, op: str = "ALLREDUCE", numel: int = 1, pg: int = 0) -> str:
+    return (f"[rank{rank}]:[E1121 10:41:14.1 ProcessGroupNCCL.cpp:632] [PG ID {pg} PG GUID {pg}(default_pg) Rank {rank}] "
+            f"Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, OpType={op}, NumelIn={numel}, "
+            f"NumelOut={numel}, Timeout(ms)=1800000) ran for 1800087 milliseconds before timing out.")
+
+
+def test_the_rank_behind_in_the_collective_sequence_is_named():
+    text = "\n".join([_watchdog(0, 5521), _watchdog(1, 5521), _watchdog(2, 5520), _watchdog(3, 5521)]) + "\n"
+    d = analyze_run(parse_text(text))
+    assert d.culprit["rank"] == 2 and d.culprit["confidence"] == "probable" and "5520" in d.culprit["summary"]
+    assert sorted(c["rank"] for c in d.consequences if c["rank"] is not None) == [0, 1, 3]
+
+
+def test_a_desync_at_the_same_seqnum_is_said_so():
+    text = "\n".join([_watchdog(0, 77, "ALLREDUCE", 1024), _watchdog(1, 77, "BROADCAST", 8)]) + "\n"
+    d = analyze_run(parse_text(text))
+    assert d.culprit["rank"] is None and "desynchronised at SeqNum 77" in d.culprit["kind"]
+
+
+def test_several_process_groups_without_names_are_not_compared():
+    d = analyze_run(parse_run([str(RW / "044_nccl.log")]))  # rank 0 reports three SeqNums: other process groups
+    assert d.culprit is None

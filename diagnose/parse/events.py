@@ -63,6 +63,13 @@ def _timeout_detail(m: re.Match[str], line: str) -> dict[str, Any]:
     r = re.search(r"\[Rank (\d+)\]|Rank (\d+)\]", line)
     if r:
         d["rank"] = int(r.group(1) or r.group(2))
+    for key, rx in (("seq", r"SeqNum=(\d+)"), ("numel_in", r"NumelIn=(\d+)"), ("numel_out", r"NumelOut=(\d+)")):
+        v = re.search(rx, line)
+        if v:
+            d[key] = int(v.group(1))
+    pg = re.search(r"PG ID (\d+)", line)
+    if pg:
+        d["pg"] = int(pg.group(1))
     return d
 
 
@@ -184,6 +191,11 @@ _FRAME_AT = re.compile(r'^\s*(?:File ")?([^"\s]*\.py|<[^>]+>)", line (\d+), in (
 _BARE_EXC = re.compile(r"^(?:[a-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Interrupt)(?::\s.*)?$")
 
 
+def _work(d: dict[str, Any], line: int) -> dict[str, Any]:
+    return {"rank": d.get("rank"), "seq": d.get("seq"), "op": d.get("op"), "numel_in": d.get("numel_in"),
+            "pg": d.get("pg"), "line": line}
+
+
 class EventScanner:
     def __init__(self, file: str | None = None):
         self.file = file
@@ -210,6 +222,9 @@ class EventScanner:
                 ranks = prev.detail.setdefault("ranks", [prev.detail["rank"]] if "rank" in prev.detail else [])
                 if rank not in ranks:
                     ranks.append(rank)
+            if detail and "seq" in detail:  # watchdog reports: keep each rank's collective (SeqNum, op, size)
+                per = prev.detail.setdefault("per_rank", [_work(prev.detail, prev.line)])
+                per.append(_work({**detail, "rank": rank}, lineno))
             self._lines_with_event.add(lineno)
             return
         detail = dict(detail or {})
