@@ -1,5 +1,8 @@
 """`swiftdoc analyze PATH...`: what holds the run back or what killed it, with evidence and remedies.
 
+`--save RECORD.json` keeps the analysis as a versioned record (`diagnose.record`);
+`--load RECORD.json` renders one again, in any format, with no log at hand.
+
 Exit codes: 0 ran (whatever the verdict); 1 with --fail-on SEVERITY when a finding
 reaches it; 2 bad input or usage; 3 missing environment (e.g. matplotlib for --plot).
 Never imports torch, swift or pynvml.
@@ -11,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from diagnose.commands.common import add_input_args, quoted_lines, read_inputs
+from diagnose.commands.common import quoted_lines, read_inputs
 from diagnose.errors import UsageError
 
 HELP = "diagnose a run"
@@ -19,7 +22,10 @@ from diagnose.engine import SEVERITY_RANK as _SEV  # noqa: E402
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_input_args(parser)
+    parser.add_argument("inputs", nargs="*", metavar="PATH",
+                        help="log capture(s), logging.jsonl, args.json, an output dir, or - for stdin")
+    parser.add_argument("--save", metavar="RECORD.json", help="also save the analysis as a reloadable record")
+    parser.add_argument("--load", metavar="RECORD.json", help="render a saved record (no log needed)")
     parser.add_argument("--format", choices=["text", "json", "markdown"], default="text")
     parser.add_argument("--gpu", help="GPU model for capacity and MFU, e.g. A100-80GB, H100, RTX4090")
     parser.add_argument("--cpu-cores", type=int, help="CPU cores of the training machine (for worker suggestions)")
@@ -63,10 +69,24 @@ def run(args: argparse.Namespace) -> int:
     from diagnose.pipeline import get_rules
     from diagnose.rules import select_rules
 
-    rules = select_rules(get_rules(args.param), args.select, args.ignore)
-    r, stdin = read_inputs(args.inputs)
-    diag = analyze_run(r, samples=_samples(args, r.output_dir),
-                       options=AnalyzeOptions(gpu=args.gpu, cpu_cores=args.cpu_cores, params=args.param), rules=rules)
+    stdin = None
+    if args.load:
+        if args.inputs:
+            raise UsageError("--load renders a saved record: give no log with it")
+        from diagnose.record import load_record
+
+        r, diag = load_record(args.load)
+    else:
+        if not args.inputs:
+            raise UsageError("nothing to analyze", hint="give a log, an output dir, - for stdin, or --load RECORD.json")
+        rules = select_rules(get_rules(args.param), args.select, args.ignore)
+        r, stdin = read_inputs(args.inputs)
+        diag = analyze_run(r, samples=_samples(args, r.output_dir),
+                           options=AnalyzeOptions(gpu=args.gpu, cpu_cores=args.cpu_cores, params=args.param), rules=rules)
+    if args.save:
+        from diagnose.record import save_record
+
+        save_record(diag, r, args.save)
     if args.format == "json":
         from diagnose.render.analysis_json import diagnosis_json
 
