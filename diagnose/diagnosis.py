@@ -42,6 +42,7 @@ class Diagnosis(BaseModel):
     primary: Primary
     culprit: dict[str, Any] | None = None  # the rank that failed first (diagnose.culprit), when several ranks failed
     consequences: list[dict[str, Any]] = Field(default_factory=list)  # what the other ranks did because of it
+    stragglers: list[dict[str, Any]] = Field(default_factory=list)  # GPUs slower than the others (NVML samples)
     findings: list[Finding] = Field(default_factory=list)
     skipped: list[Skipped] = Field(default_factory=list)
     dropped: list[Dropped] = Field(default_factory=list)

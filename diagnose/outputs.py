@@ -110,11 +110,20 @@ class ConsequenceOut(_Strict):
     line: Optional[int] = None
 
 
+class StragglerOut(_Strict):
+    gpu: Optional[int] = None
+    rank: Optional[int] = None
+    node: Optional[int] = None
+    slowdown: float
+    evidence: str
+
+
 class AnalyzeOut(_Strict):
     schema_version: Literal[2] = 2
     primary: Primary
     culprit: Optional[CulpritOut] = None  # the rank that failed first, when the text shows several ranks failing
     consequences: list[ConsequenceOut] = Field(default_factory=list)
+    stragglers: list[StragglerOut] = Field(default_factory=list)  # GPUs slower than the others (NVML samples)
     findings: list[FindingOut] = Field(default_factory=list)
     skipped: list[Skipped] = Field(default_factory=list)
     dropped: list[Dropped] = Field(default_factory=list)
@@ -209,6 +218,7 @@ class AttachOut(_Strict):
     primary: Optional[Primary] = None
     culprit: Optional[CulpritOut] = None
     consequences: list[ConsequenceOut] = Field(default_factory=list)
+    stragglers: list[StragglerOut] = Field(default_factory=list)
     findings: list[FindingOut] = Field(default_factory=list)
     skipped: list[Skipped] = Field(default_factory=list)
     dropped: list[Dropped] = Field(default_factory=list)

@@ -40,7 +40,11 @@ def analyze_run(run: Run, samples: dict[str, Any] | None = None, host: dict[str,
     opts = options or AnalyzeOptions()
     feats = compute_features(run, samples, host, Options(gpu=opts.gpu, cpu_cores=opts.cpu_cores, live=opts.live))
     findings, skipped = evaluate_rules(rules if rules is not None else get_rules(opts.params), feats)
-    return build_diagnosis(findings, skipped, feats, run)
+    diag = build_diagnosis(findings, skipped, feats, run)
+    from diagnose.features.gpu import stragglers_of
+
+    diag.stragglers = stragglers_of(samples)
+    return diag
 
 
 def analyze_paths(paths: list[str], stdin: bytes | None = None, **kw: Any) -> tuple[Run, Diagnosis]:

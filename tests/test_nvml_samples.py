@@ -249,3 +249,20 @@ def test_analyze_with_samples_never_imports_pynvml(tmp_path):
             "assert rc == 0 and not bad, bad\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
+
+
+def test_the_throttled_gpu_is_named_as_the_straggler(tmp_path):
+    """fixtures/nvml/h100x4_straggler (synthetic, through the real sampler): GPU 2 thermally throttled."""
+    from diagnose.features.gpu import stragglers_of
+    from diagnose.parse import parse_run
+    from diagnose.pipeline import analyze_run
+
+    summ = record("h100x4_straggler", n=30).summary()
+    s = stragglers_of(summ)
+    assert [x["gpu"] for x in s] == [2] and 1.35 < s[0]["slowdown"] < 1.6
+    assert "thermal" in s[0]["evidence"] and "°C" in s[0]["evidence"]
+    assert stragglers_of(record("h100x8_training", n=30).summary()) == []  # an occasional power cap is no straggler
+    d = analyze_run(parse_run([str(ROOT / "fixtures" / "healthy_4x")]), samples=summ)
+    assert [x["gpu"] for x in d.stragglers] == [2]
+    nc = next(f for f in d.findings if f.rule == "NC009")
+    assert "GPU 2 runs 1." in nc.evidence and nc.confidence == "probable"

@@ -161,3 +161,52 @@ def _mfu(ctx: Ctx):
     if None in (f, tps, peak) or not n:
         return None
     return 100.0 * f * tps / (n * peak * 1e12)
+
+
+def stragglers_of(samples: dict | None, min_slowdown: float = 1.1) -> list[dict]:
+    """GPUs that run slower than the others of the job, from NVML samples (one home: features and analyze's report).
+
+    A GPU whose mean SM clock is below the median of the others by `min_slowdown` or more (thermal or power
+    throttling, a lower clock cap) holds every collective back in data-parallel training: the others wait for it.
+    Each entry: {gpu, node, slowdown (others' clock / its clock), evidence}.
+    """
+    per = [g for g in (samples or {}).get("per_gpu") or [] if g.get("sm_clock_mean_mhz")]
+    if len(per) < 2:
+        return []
+    out = []
+    for g in per:
+        others = sorted(x["sm_clock_mean_mhz"] for x in per if x is not g)
+        med = others[len(others) // 2] if len(others) % 2 else (others[len(others) // 2 - 1] + others[len(others) // 2]) / 2
+        ratio = med / g["sm_clock_mean_mhz"] if g["sm_clock_mean_mhz"] else None
+        if ratio and ratio >= min_slowdown:
+            why = [f"SM clock {g['sm_clock_mean_mhz']:.0f} MHz against {med:.0f} on the others"]
+            if g.get("throttle_reasons"):
+                why.append("throttled: " + ", ".join(g["throttle_reasons"]))
+            if g.get("temperature_max_c") is not None:
+                why.append(f"up to {g['temperature_max_c']:.0f} °C")
+            out.append({"gpu": g["index"], "rank": None, "node": None, "slowdown": round(ratio, 3),
+                        "evidence": "; ".join(why)})
+    return sorted(out, key=lambda s: -s["slowdown"])
+
+
+@feature("straggler_slowdown", "ratio",
+         "How much slower the slowest GPU runs than the job's others (median SM clock of the others ÷ its own), "
+         "from NVML samples; None with fewer than two GPUs sampled.", FAMILY)
+def _straggler(ctx: Ctx):
+    per = [g for g in (ctx.samples or {}).get("per_gpu") or [] if g.get("sm_clock_mean_mhz")]
+    if len(per) < 2:
+        return None
+    s = stragglers_of(ctx.samples, min_slowdown=1.0)
+    return s[0]["slowdown"] if s else 1.0
+
+
+@feature("straggler_gpu", "index", "NVML index of the slowest GPU (see straggler_slowdown).", FAMILY)
+def _straggler_gpu(ctx: Ctx):
+    s = stragglers_of(ctx.samples, min_slowdown=1.0)
+    return s[0]["gpu"] if s else None
+
+
+@feature("straggler_evidence", "text", "Why the slowest GPU is slow: its clock, throttle reasons, temperature.", FAMILY)
+def _straggler_why(ctx: Ctx):
+    s = stragglers_of(ctx.samples, min_slowdown=1.0)
+    return s[0]["evidence"] if s else None

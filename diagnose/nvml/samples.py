@@ -322,6 +322,8 @@ class SampleSet:
                 "mem_total_gib": _opt(total[j] * GIB_PER_MIB, 3) if not math.isnan(total[j]) else None,
                 "power_mean_w": agg(np.mean, m["power_w"][:, j], 1),
                 "temperature_max_c": agg(np.max, m["temp_c"][:, j], 0),
+                "sm_clock_mean_mhz": agg(np.mean, m["sm_clock_mhz"][:, j], 0),
+                "throttle_reasons": _reasons(m["throttle_mask"][:, j]),
             })
         return out
 
@@ -422,6 +424,16 @@ def samples_candidates(log_path: str | os.PathLike[str], output_dir: str | os.Pa
             dirs.append(v)
     out += [d / SAMPLES_FILENAME for d in dirs]
     return list(dict.fromkeys(out))
+
+
+def _reasons(col: np.ndarray) -> list[str] | None:
+    have = ~np.isnan(col)
+    if not have.any():
+        return None
+    from diagnose.nvml.sampler import THROTTLE_BITS
+
+    seen = int(np.bitwise_or.reduce(col[have].astype(np.int64)))
+    return [name for bit, name in THROTTLE_BITS if seen & bit]
 
 
 def find_samples_near(log_path: str | os.PathLike[str], output_dir: str | os.PathLike[str] | None = None) -> Path | None:

@@ -67,6 +67,8 @@ def print_diagnosis(diag: Diagnosis, run: Run, console: Console | None = None, v
             c.print(Text(f"  then: {len(diag.consequences)} consequence(s)"
                          + (f" on rank(s) {', '.join(map(str, ranks[:12]))}" if ranks else "") + f" ({what})", style="dim"))
         c.print()
+    for st in diag.stragglers:
+        c.print(Text.assemble(("straggler ", "bold"), (f"GPU {st['gpu']} runs {st['slowdown']:.2f}× slower: {st['evidence']}", "")))
     shown = [f for f in diag.findings if verbose or f.severity != "info" or p.category == "healthy"]
     for f in shown:
         c.print(Text.assemble((f"{f.severity:<7} ", _STYLE.get(f.severity, "")), (f"{f.rule} ", "bold"),
