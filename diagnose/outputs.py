@@ -209,6 +209,7 @@ class AttachState(_Strict):
     alerts: list[dict[str, Any]] = Field(default_factory=list)
     progress: Optional[dict[str, Any]] = None
     notes: list[str] = Field(default_factory=list)
+    hang: Optional[dict[str, Any]] = None  # the log silent while the ranks live: where each rank waits (attach.stacks)
 
 
 class AttachOut(_Strict):

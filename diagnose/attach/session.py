@@ -9,6 +9,10 @@ heartbeat is due); `final() -> Snapshot` is the last word once the job ended;
 not fired before in this session (warnings and errors, and any finding in a
 failure category: nan, oom, nccl, bus_error, interrupted).
 
+When the logs stay silent for `hang_after_s` while the job's ranks live, every rank's
+Python stack is dumped once (py-spy, `attach.stacks`) and the snapshot's `hang` says where
+each rank waits and which one is not where the others are; it clears when the log moves.
+
 Costs stay small and bounded (attach runs next to the job): files are stat'ed
 every `poll_s`; only appended bytes are read for the urgent scan; the full
 re-parse (`parse_run`, ~0.1 s per 10k steps) runs at most once per
@@ -56,6 +60,7 @@ class AttachOptions:
     params: list[str] = field(default_factory=list)
     gpus: list[int] | None = None  # the job's GPUs as NVML indices, when the user names them
     end_grace_s: float = 1.0  # after the job's last process exits, wait this long for final writes
+    hang_after_s: float | None = 300.0  # no new log line this long while the ranks live: dump their stacks (None: never)
 
 
 @dataclass
@@ -72,6 +77,7 @@ class Snapshot:
     seq: int
     notes: list[str]
     run: Run | None = None
+    hang: dict[str, Any] | None = None  # stacks.localise() of the ranks when the log went silent, plus stalled_s
 
     def as_json(self) -> dict[str, Any]:
         """analyze's document (when there is a log) plus target, gpus, host and attach state (`outputs.AttachOut`)."""
@@ -83,7 +89,7 @@ class Snapshot:
         out["gpus"] = self.gpus
         out["host"] = self.host
         out["attach"] = {"seq": self.seq, "t": round(self.t, 3), "ended": self.ended, "alive": self.alive,
-                         "alerts": self.alerts, "progress": self.progress, "notes": self.notes}
+                         "alerts": self.alerts, "progress": self.progress, "notes": self.notes, "hang": self.hang}
         return AttachOut.model_validate(jsonable(out)).model_dump(mode="json")
 
 
@@ -164,6 +170,9 @@ class AttachSession:
         self._summary: dict[str, Any] | None = None
         self._summary_t = 0.0
         self.notes: list[str] = list(target.notes)
+        self._last_growth = time.monotonic()  # the logs last grew
+        self._hang_checked: float | None = None
+        self.hang: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ setup
     @property
@@ -399,6 +408,8 @@ class AttachSession:
         self._check_deleted(ch.deleted)
         if ch.changed:
             self._pending = True
+            self._last_growth = now
+            self.hang, self._hang_checked = None, None  # it moves again
         if ch.urgent:
             self._urgent = True
         alive = t.alive()
@@ -422,10 +433,32 @@ class AttachSession:
         if t.gpus is not None and t.gpus != self._marked_gpus:
             self._mark({"kind": "mark", "t": round(time.time(), 3), "event": "gpus", "gpus": t.gpus})
             self._marked_gpus = list(t.gpus)
+        hung = self._check_hang(now, alive)
         beat = now - self._last_emit >= self.opts.heartbeat_s
-        if not (parsed or beat or force):
+        if not (parsed or beat or force or hung):
             return None
-        return self._snapshot(now, live=True, force_summary=force or urgent or self.seq == 0)
+        return self._snapshot(now, live=True, force_summary=force or urgent or self.seq == 0, always=hung)
+
+    def _check_hang(self, now: float, alive: bool) -> bool:
+        """The log silent for `hang_after_s` while the ranks live: where is each rank waiting?  Once per silence
+        period (again after another full period); True when a new localisation was made."""
+        after = self.opts.hang_after_s
+        t = self.target
+        if after is None or not alive or not t.rank_pids or now - self._last_growth < after:
+            return False
+        if self._hang_checked is not None and now - self._hang_checked < after:
+            return False
+        from diagnose.attach.stacks import dump_stacks, localise
+        from diagnose.attach.target import rank_of
+
+        self._hang_checked = now
+        dumps = dump_stacks(list(t.rank_pids))
+        res = localise(dumps, ranks={p: r for p in t.rank_pids if (r := rank_of(p)) is not None})
+        res["stalled_s"] = round(now - self._last_growth, 1)
+        errors = sorted({d["error"] for d in dumps.values() if d.get("error")})
+        res["errors"] = errors
+        self.hang = res
+        return True
 
     def _snapshot(self, now: float, live: bool, force_summary: bool = False, final: bool = False,
                   always: bool = False) -> Snapshot | None:
@@ -451,7 +484,8 @@ class AttachSession:
         self.seq += 1
         return Snapshot(t=time.time(), target=self.target.as_json(), progress=prog, gpus=g, host=host,
                         diagnosis=diag, alerts=alerts, ended=final, alive=self.target.alive(), seq=self.seq,
-                        notes=list(self.notes) + ([self.nvml_notice] if self.nvml_notice else []), run=self.run)
+                        notes=list(self.notes) + ([self.nvml_notice] if self.nvml_notice else []), run=self.run,
+                        hang=self.hang if live else None)
 
     @property
     def ended(self) -> bool:

@@ -114,6 +114,15 @@ def _environ(pid: int) -> dict[str, str] | None:
     return env
 
 
+def rank_of(pid: int) -> int | None:
+    """The global rank torchrun gave a process (its RANK environment variable), None when unreadable."""
+    env = _environ(pid) or {}
+    try:
+        return int(env["RANK"])
+    except (KeyError, ValueError):
+        return None
+
+
 # ---------------------------------------------------------------------------- what a swift process looks like
 def swift_role(cmd: list[str]) -> str | None:
     """'launcher' (swift/megatron CLI), 'torchrun' (wrapping a swift script), 'rank', or None."""

@@ -204,9 +204,26 @@ def _diagnosis(d: Any) -> Any:
 def render_snapshot(snap: Snapshot) -> Group:
     parts: list[Any] = [_header(snap), Text(""), _progress(snap.progress), Text(""), _gpus(snap.gpus),
                         _host(snap.host), Text(""), _diagnosis(snap.diagnosis)]
+    if snap.hang is not None:
+        parts.append(_hang(snap.hang))
     for n in snap.notes[:3]:
         parts.append(Text(f"note: {n}", style="dim"))
     return Group(*parts)
+
+
+def _hang(h: dict[str, Any]) -> Text:
+    t = Text()
+    t.append(f"no new log line for {h.get('stalled_s', 0):.0f} s", style="bold yellow")
+    odd = h.get("odd")
+    if odd:
+        who = f"rank {odd['rank']}" if odd.get("rank") is not None else f"pid {odd['pid']}"
+        t.append(f": {who} waits in {odd['where']}; the others in {odd['others_wait_in']}")
+    for g in h.get("groups") or []:
+        ranks = ",".join(map(str, g["ranks"])) if g.get("ranks") else ",".join(map(str, g["pids"]))
+        t.append(f"\n   {ranks}: {g['where']}", style="dim")
+    for e in h.get("errors") or []:
+        t.append(f"\n   stacks: {e}", style="dim")
+    return t
 
 
 def alert_text(a: dict[str, Any]) -> Text:
