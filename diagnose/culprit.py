@@ -24,6 +24,12 @@ of the first class (by the report's time) is the culprit; the other nodes'
 failures are consequences.  `node` is the capture's `--node_rank`.
 `culprit`: {rank, node, host, kind, category, file, line, time, summary};
 `consequences`: [{rank, node, kind, file, line}].
+
+`rank_table(run) -> [{rank, node, file, last_step, last_time, first_error, line}]`: one row per
+rank the text names (torchrun's table, rank-tagged lines), rank order.  `last_step` is known for
+the rank whose capture holds the step rows (ms-swift logs them on global rank 0 only), `last_time`
+where torchrun printed a failure time, `first_error` is the rank's first error line (its own
+failure or a collective's), else its exit as torchrun reported it.  Empty with fewer than two ranks.
 """
 from __future__ import annotations
 
@@ -187,4 +193,38 @@ def find_culprit(run: Run, category: str | None = None) -> tuple[dict[str, Any] 
     return culprit, cons
 
 
-__all__ = ["find_culprit"]
+def rank_table(run: Run) -> list[dict[str, Any]]:
+    rows: dict[int, dict[str, Any]] = {}
+
+    def row(rank: int, file: str | None) -> dict[str, Any]:
+        r = rows.setdefault(rank, {"rank": rank, "node": None, "file": None, "last_step": None, "last_time": None,
+                                   "first_error": None, "line": None})
+        if r["file"] is None and file is not None:
+            r["file"], r["node"] = file, run.nodes.get(file)
+        return r
+
+    for e in sorted(run.events, key=lambda e: e.line):
+        if e.kind in OWN or e.kind in COLLECTIVE:
+            for rk in _ranks_of(e):
+                r = row(rk, e.file)
+                if r["first_error"] is None:
+                    r["first_error"], r["line"] = f"{e.kind}: {e.text[:120]}", e.line
+    for f in run.failures:
+        if "rank" not in f:
+            continue
+        r = row(f["rank"], f.get("file"))
+        r["last_time"] = r["last_time"] or f.get("time")
+        if r["first_error"] is None:
+            r["first_error"], r["line"] = f"exit: {_exit_kind(f)[0]}", f.get("line")
+    if len(rows) < 2:
+        return []
+    steps = run.steps["step"] if len(run.steps) else None
+    if steps is not None and 0 in rows:
+        import math
+
+        done = [s for s in steps.tolist() if math.isfinite(s)]
+        rows[0]["last_step"] = int(max(done)) if done else None
+    return [rows[k] for k in sorted(rows)]
+
+
+__all__ = ["find_culprit", "rank_table"]

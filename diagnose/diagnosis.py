@@ -43,6 +43,7 @@ class Diagnosis(BaseModel):
     culprit: dict[str, Any] | None = None  # the rank that failed first (diagnose.culprit), when several ranks failed
     consequences: list[dict[str, Any]] = Field(default_factory=list)  # what the other ranks did because of it
     stragglers: list[dict[str, Any]] = Field(default_factory=list)  # GPUs slower than the others (NVML samples)
+    ranks: list[dict[str, Any]] = Field(default_factory=list)  # one row per rank the text names (culprit.rank_table)
     findings: list[Finding] = Field(default_factory=list)
     skipped: list[Skipped] = Field(default_factory=list)
     dropped: list[Dropped] = Field(default_factory=list)
@@ -150,10 +151,11 @@ def build_diagnosis(findings: list[Finding], skipped: list[Skipped], features: F
         primary = Primary(category="unknown", rule=None, severity="info", confidence="weak",
                           summary=f"Readable, but {what} was found in the input.",
                           missing="no training step rows and no error message in the text")
-    from diagnose.culprit import find_culprit
+    from diagnose.culprit import find_culprit, rank_table
 
     culprit, consequences = find_culprit(run, primary.category)
-    return Diagnosis(primary=primary, culprit=culprit, consequences=consequences, findings=ranked, skipped=skipped,
+    return Diagnosis(primary=primary, culprit=culprit, consequences=consequences, ranks=rank_table(run),
+                     findings=ranked, skipped=skipped,
                      dropped=merge_remedies(ranked), features=feats, notes=list(features.notes) + list(run.notes))
 
 

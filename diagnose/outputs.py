@@ -110,6 +110,16 @@ class ConsequenceOut(_Strict):
     line: Optional[int] = None
 
 
+class RankOut(_Strict):
+    rank: int
+    node: Optional[int] = None
+    file: Optional[str] = None
+    last_step: Optional[int] = None
+    last_time: Optional[str] = None
+    first_error: Optional[str] = None
+    line: Optional[int] = None
+
+
 class StragglerOut(_Strict):
     gpu: Optional[int] = None
     rank: Optional[int] = None
@@ -123,6 +133,7 @@ class AnalyzeOut(_Strict):
     primary: Primary
     culprit: Optional[CulpritOut] = None  # the rank that failed first, when the text shows several ranks failing
     consequences: list[ConsequenceOut] = Field(default_factory=list)
+    ranks: list[RankOut] = Field(default_factory=list)  # one row per rank the text names (two or more)
     stragglers: list[StragglerOut] = Field(default_factory=list)  # GPUs slower than the others (NVML samples)
     findings: list[FindingOut] = Field(default_factory=list)
     skipped: list[Skipped] = Field(default_factory=list)
@@ -219,6 +230,7 @@ class AttachOut(_Strict):
     primary: Optional[Primary] = None
     culprit: Optional[CulpritOut] = None
     consequences: list[ConsequenceOut] = Field(default_factory=list)
+    ranks: list[RankOut] = Field(default_factory=list)
     stragglers: list[StragglerOut] = Field(default_factory=list)
     findings: list[FindingOut] = Field(default_factory=list)
     skipped: list[Skipped] = Field(default_factory=list)

@@ -93,6 +93,7 @@ def load_record(path: str | Path) -> tuple[Run, Diagnosis]:
         keep = {k: v for k, v in f.items() if k in Finding.model_fields}
         findings.append(Finding(**keep))
     diag = Diagnosis(primary=Primary(**a["primary"]), culprit=a.get("culprit"), consequences=a.get("consequences") or [],
+                     ranks=a.get("ranks") or [],
                      stragglers=a.get("stragglers") or [],
                      findings=findings, skipped=a.get("skipped") or [], dropped=a.get("dropped") or [],
                      features=a.get("features") or {}, notes=a.get("notes") or [])

@@ -66,6 +66,24 @@ def test_real_two_node_job_names_the_killed_node_and_the_consequence():
     assert d.primary.category == "oom" and d.primary.confidence == "probable"
     oom = next(f for f in d.findings if f.rule == "OOM002")
     assert {r["file"].rsplit("/", 1)[-1] for r in oom.refs} >= {"node1.log"}  # evidence cites its own file
+    # the per-rank view: rank 0 logged up to step 13 and then lost its peer; rank 1 was killed, per torchrun's table
+    rows = {r["rank"]: r for r in d.ranks}
+    assert sorted(rows) == [0, 1]
+    assert (rows[0]["node"], rows[0]["last_step"]) == (0, 13) and rows[0]["first_error"].startswith("nccl_error")
+    assert rows[0]["file"].endswith("node0.log") and rows[1]["file"].endswith("node1.log")
+    assert rows[1]["last_step"] is None and "SIGKILL" in rows[1]["first_error"] and rows[1]["last_time"]
+
+
+def test_rank_table_lists_every_rank_the_text_names_with_its_first_error():
+    d = analyze_run(parse_text(INTERLEAVED))
+    rows = {r["rank"]: r for r in d.ranks}
+    assert sorted(rows) == [0, 1, 2, 3]
+    assert rows[2]["first_error"].startswith("cuda_oom") and rows[2]["line"] == 5
+    assert rows[0]["first_error"].startswith("nccl_timeout") and rows[0]["last_step"] == 120
+
+
+def test_a_single_rank_has_no_rank_table():
+    assert analyze_run(parse_run([str(FIXTURES / "nan_4x")])).ranks == []
 
 
 def _watchdog(rank: int, seq: int, op: str = "ALLREDUCE", numel: int = 1, pg: int = 0) -> str:

@@ -66,6 +66,10 @@ def print_diagnosis(diag: Diagnosis, run: Run, console: Console | None = None, v
             what = "; ".join(dict.fromkeys(x["kind"].split(":")[0] for x in diag.consequences))
             c.print(Text(f"  then: {len(diag.consequences)} consequence(s)"
                          + (f" on rank(s) {', '.join(map(str, ranks[:12]))}" if ranks else "") + f" ({what})", style="dim"))
+        for r in diag.ranks[:8] if verbose else []:
+            c.print(Text(f"  rank {r['rank']}" + (f" node {r['node']}" if r.get("node") is not None else "")
+                         + (f", last step {r['last_step']}" if r.get("last_step") is not None else "")
+                         + f": {(r.get('first_error') or 'no error')[:90]}", style="dim"))
         c.print()
     for st in diag.stragglers:
         c.print(Text.assemble(("straggler ", "bold"), (f"GPU {st['gpu']} runs {st['slowdown']:.2f}× slower: {st['evidence']}", "")))

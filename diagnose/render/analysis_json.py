@@ -33,6 +33,7 @@ def analyze_document(diag: Diagnosis, run: Run, features: bool = False):
         "primary": diag.primary.model_dump(),
         "culprit": diag.culprit,
         "consequences": diag.consequences,
+        "ranks": diag.ranks,
         "stragglers": diag.stragglers,
         "findings": [
             {

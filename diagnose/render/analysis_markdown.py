@@ -72,6 +72,14 @@ def diagnosis_markdown(diag: Diagnosis, run: Run, quoted: dict[int, str] | None 
         if diag.consequences:
             out += [f"Then: {len(diag.consequences)} consequence(s): " + "; ".join(
                 (f"rank {x['rank']}: " if x.get("rank") is not None else "") + x["kind"] for x in diag.consequences[:6]), ""]
+    if diag.ranks:
+        out += ["| rank | node | last step | failed at | first error | where |", "|---|---|---|---|---|---|"]
+        for r in diag.ranks[:32]:
+            err = (r.get("first_error") or "").replace("|", "\\|")[:100]
+            where = f"{Path(r['file']).name}:{r['line']}" if r.get("file") and r.get("line") else ""
+            out.append(f"| {r['rank']} | {'' if r.get('node') is None else r['node']} | "
+                       f"{'' if r.get('last_step') is None else r['last_step']} | {r.get('last_time') or ''} | {err} | {where} |")
+        out.append("")
     cmd = _command(run)
     if cmd:
         out += ["**Launch command** (from the `run sh:` line):", "", "```bash", cmd, "```", ""]
