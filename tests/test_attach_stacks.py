@@ -137,3 +137,16 @@ def test_attach_localises_a_hang_when_the_log_goes_silent(tmp_path):
     con = Console(record=True, width=120)
     con.print(render_snapshot(hang))
     assert "rank 2 waits in load_next_batch" in con.export_text()
+
+
+def test_the_silence_that_makes_a_hang_follows_the_runs_step_time():
+    from diagnose.attach.session import hang_threshold, progress_of
+    from diagnose.parse import parse_run
+    from tests.conftest import FIXTURES
+
+    run = parse_run([str(FIXTURES / "healthy_4x")])
+    spi = progress_of(run)["s_per_it"]
+    assert spi and spi > 0
+    assert hang_threshold("auto", run) == max(60.0, 10 * spi)
+    assert hang_threshold("auto", None) == 300.0  # no step time yet
+    assert hang_threshold(12.5, run) == 12.5 and hang_threshold(None, run) is None

@@ -9,7 +9,7 @@ heartbeat is due); `final() -> Snapshot` is the last word once the job ended;
 not fired before in this session (warnings and errors, and any finding in a
 failure category: nan, oom, nccl, bus_error, interrupted).
 
-When the logs stay silent for `hang_after_s` while the job's ranks live, every rank's
+When the logs stay silent for `hang_after_s` (auto: `hang_threshold`) while the job's ranks live, every rank's
 Python stack is dumped once (py-spy, `attach.stacks`) and the snapshot's `hang` says where
 each rank waits and which one is not where the others are; it clears when the log moves.
 
@@ -60,7 +60,9 @@ class AttachOptions:
     params: list[str] = field(default_factory=list)
     gpus: list[int] | None = None  # the job's GPUs as NVML indices, when the user names them
     end_grace_s: float = 1.0  # after the job's last process exits, wait this long for final writes
-    hang_after_s: float | None = 300.0  # no new log line this long while the ranks live: dump their stacks (None: never)
+    # no new log line this long while the ranks live: dump their stacks.  "auto": ten step times, at least 60 s
+    # (300 s before a step time is known); None: never
+    hang_after_s: float | str | None = "auto"
 
 
 @dataclass
@@ -133,6 +135,15 @@ def progress_of(run: Run) -> dict[str, Any] | None:
         "loss_series": tail("loss"),
         "grad_norm_series": tail("grad_norm"),
     }
+
+
+def hang_threshold(setting: float | str | None, run: Run | None) -> float | None:
+    """Seconds of silence that make a hang: the setting, or for "auto" ten step times (at least 60 s; 300 s
+    while no step time is known)."""
+    if setting != "auto":
+        return setting  # type: ignore[return-value]
+    spi = (progress_of(run) or {}).get("s_per_it") if run is not None else None
+    return max(60.0, 10.0 * spi) if isinstance(spi, (int, float)) and math.isfinite(spi) and spi > 0 else 300.0
 
 
 class AttachSession:
@@ -442,7 +453,7 @@ class AttachSession:
     def _check_hang(self, now: float, alive: bool) -> bool:
         """The log silent for `hang_after_s` while the ranks live: where is each rank waiting?  Once per silence
         period (again after another full period); True when a new localisation was made."""
-        after = self.opts.hang_after_s
+        after = hang_threshold(self.opts.hang_after_s, self.run)
         t = self.target
         if after is None or not alive or not t.rank_pids or now - self._last_growth < after:
             return False

@@ -40,9 +40,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu", help="GPU model for capacity and MFU when NVML cannot tell, e.g. A100-80GB")
     parser.add_argument("--param", action="append", default=[], metavar="RULE.param=VALUE",
                         help="override a rule threshold (repeatable)")
-    parser.add_argument("--hang-after", type=float, default=300.0, metavar="S",
+    parser.add_argument("--hang-after", type=float, default=None, metavar="S",
                         help="no new log line for S seconds while the ranks live: dump every rank's Python stack "
-                             "(py-spy) and name the rank not waiting where the others wait (default 300; 0: never)")
+                             "(py-spy) and name the rank not waiting where the others wait (default: ten step "
+                             "times, at least 60 s; 0: never)")
     parser.add_argument("--timeout", type=float, metavar="S", help="stop following after S seconds")
     parser.add_argument("--fail-on", choices=["info", "warning", "error"],
                         help="exit 1 when the final diagnosis has a finding of this severity")
@@ -67,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.interval <= 0 or args.poll <= 0:
         raise UsageError("--interval and --poll must be > 0")
-    if args.hang_after < 0:
+    if args.hang_after is not None and args.hang_after < 0:
         raise UsageError("--hang-after must be >= 0 (0: never)")
     gpus = None
     if args.gpus is not None:
@@ -80,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     samples_out = None if (args.no_samples_file or args.once) else (args.samples_out or "auto")
     opts = AttachOptions(interval_s=args.interval, poll_s=args.poll, samples_out=samples_out, nvml=not args.no_gpu,
                          fake_nvml=args.fake_nvml, gpu=args.gpu, params=args.param, gpus=gpus,
-                         hang_after_s=args.hang_after if args.hang_after > 0 else None)
+                         hang_after_s="auto" if args.hang_after is None else (args.hang_after or None))
     session = AttachSession(target, opts)
     session.start()
     if session.nvml_notice and not args.no_gpu:
