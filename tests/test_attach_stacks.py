@@ -150,3 +150,17 @@ def test_the_silence_that_makes_a_hang_follows_the_runs_step_time():
     assert hang_threshold("auto", run) == max(60.0, 10 * spi)
     assert hang_threshold("auto", None) == 300.0  # no step time yet
     assert hang_threshold(12.5, run) == 12.5 and hang_threshold(None, run) is None
+
+
+def _dump(*frames):
+    return {"frames": [{"name": n, "file": f, "line": 1} for n, f in frames], "error": None}
+
+
+def test_with_two_ranks_the_one_outside_the_collective_is_the_odd_one():
+    dumps = {10: _dump(("all_reduce", "/t/torch/distributed/distributed_c10d.py"), ("step", "/s/trainer.py")),
+             11: _dump(("fetch", "/p/plugin.py"), ("step", "/s/trainer.py"))}
+    res = localise(dumps, ranks={10: 0, 11: 1})
+    assert res["odd"]["rank"] == 1 and res["odd"]["where"] == "fetch (plugin.py:1)"
+    assert res["odd"]["others_wait_in"] == "all_reduce (distributed_c10d.py:1)"
+    both_inside = {10: dumps[10], 11: _dump(("barrier", "/t/torch/distributed/distributed_c10d.py"))}
+    assert localise(both_inside)["odd"] is None  # two collectives: a desync, not an odd one out

@@ -121,3 +121,73 @@ def test_attach_by_output_dir_start_to_finish(tiny):
             p.wait()
     _check(lines, p, 150)
     assert Path(lines[-1]["target"]["run_dir"]).parent == out
+
+
+HANG_PLUGIN = '''
+"""Rank 1 stops for good at step 3, in a function of its own; rank 0 goes on into the next collective."""
+import os
+import time
+
+import transformers
+
+_orig = transformers.Trainer.training_step
+
+
+def _read_next_shard_forever():
+    while True:
+        time.sleep(1)
+
+
+def training_step(self, *args, **kwargs):
+    if os.environ.get("RANK") == "1" and self.state.global_step == 3:
+        _read_next_shard_forever()
+    return _orig(self, *args, **kwargs)
+
+
+transformers.Trainer.training_step = training_step
+'''
+
+
+@pytest.mark.skipif(shutil.which("py-spy", path=str(Path(sys.executable).parent)) is None and shutil.which("py-spy") is None,
+                    reason="py-spy is not installed")
+def test_a_real_hung_rank_is_localised_from_the_stacks(tiny):
+    # GIVEN a real 2-rank `swift sft` over gloo whose rank 1 stops for good at step 3 (an external plugin)
+    tinyjob, d, model, data = tiny
+    (d / "hang").mkdir()
+    plugin = d / "hang" / "plugin.py"
+    plugin.write_text(HANG_PLUGIN)
+    log = d / "hang" / "train.log"
+    argv = tinyjob.sft_argv(model, data, d / "hang" / "out", swift=SWIFT, max_steps=40, ddp_backend="gloo",
+                            external_plugins=str(plugin))
+    env = tinyjob.swift_env({**OFFLINE, "NPROC_PER_NODE": "2", "MASTER_PORT": "29571", "OMP_NUM_THREADS": "1"})
+    with log.open("wb") as fh:
+        job = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    hangs: list[dict] = []
+    attach = subprocess.Popen([sys.executable, "-m", "diagnose", "attach", str(job.pid), "--format", "json",
+                               "--no-gpu", "--hang-after", "15", "--timeout", "240"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # WHEN attach follows it by PID and the log stays silent for 15 s (read until a localisation arrives)
+        for line in attach.stdout:
+            h = json.loads(line)["attach"]["hang"] if line.strip() else None
+            if h:
+                hangs.append(h)
+                if h.get("odd"):  # a silent start-up (both ranks loading) has none: read on
+                    break
+    finally:
+        import signal
+
+        attach.kill()
+        attach.wait()
+        try:
+            os.killpg(job.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        job.wait()
+    assert hangs, f"no hang localised; stderr: {attach.stderr.read()[-1000:]}\n{log.read_text()[-2000:]}"
+    # THEN the stacks name rank 1, stuck outside the collective rank 0 waits in
+    odd = hangs[-1]["odd"]
+    assert odd is not None, hangs[-1]
+    assert odd["rank"] == 1 and odd["where"].startswith("_read_next_shard_forever (plugin.py:"), odd
+    assert "distributed_c10d.py" in odd["others_wait_in"]
+    assert hangs[-1]["stalled_s"] >= 15

@@ -11,7 +11,8 @@ Contract:
 - `localise(dumps, ranks=None) -> dict`: {"groups": [{"where", "pids", "ranks"}], biggest first,
   "odd": {"pid", "rank", "where", "stack"} | None}.  The odd one out is the single rank whose place
   differs from the place all the others share (the rank that is not in the collective the others
-  wait in): with fewer than three ranks, or no majority, there is none.
+  wait in); with two places and one rank in each (a two-rank job), the one outside a collective
+  (no `distributed_c10d.py` frame) while the other is in one.  Otherwise there is none.
 """
 from __future__ import annotations
 
@@ -80,11 +81,24 @@ def localise(dumps: dict[int, dict[str, Any]], ranks: dict[int, int] | None = No
     out: dict[str, Any] = {"groups": [{"where": w, "pids": sorted(p), "ranks": sorted(ranks[x] for x in p if x in ranks)}
                                       for w, p in ordered], "odd": None}
     total = sum(len(p) for p in groups.values())
+    odd = None
     if total >= 3 and len(ordered) == 2 and len(ordered[1][1]) == 1:
-        pid = ordered[1][1][0]
-        out["odd"] = {"pid": pid, "rank": ranks.get(pid), "where": ordered[1][0],
-                      "others_wait_in": ordered[0][0], "stack": dumps[pid]["frames"]}
+        odd, others = ordered[1], ordered[0]
+    elif total == 2 and len(ordered) == 2:
+        inside = [_in_collective(dumps[p[0]]["frames"]) for _w, p in ordered]
+        if inside == [True, False]:
+            odd, others = ordered[1], ordered[0]
+        elif inside == [False, True]:
+            odd, others = ordered[0], ordered[1]
+    if odd is not None:
+        pid = odd[1][0]
+        out["odd"] = {"pid": pid, "rank": ranks.get(pid), "where": odd[0],
+                      "others_wait_in": others[0], "stack": dumps[pid]["frames"]}
     return out
+
+
+def _in_collective(frames: list[dict[str, Any]]) -> bool:
+    return any((f.get("file") or "").endswith("distributed_c10d.py") for f in frames)
 
 
 __all__ = ["dump_stacks", "where", "localise"]
