@@ -33,6 +33,7 @@ failure or a collective's), else its exit as torchrun reported it.  Empty with f
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from diagnose.models import Event, Run
@@ -220,8 +221,6 @@ def rank_table(run: Run) -> list[dict[str, Any]]:
         return []
     steps = run.steps["step"] if len(run.steps) else None
     if steps is not None and 0 in rows:
-        import math
-
         done = [s for s in steps.tolist() if math.isfinite(s)]
         rows[0]["last_step"] = int(max(done)) if done else None
     return [rows[k] for k in sorted(rows)]

@@ -137,13 +137,16 @@ def progress_of(run: Run) -> dict[str, Any] | None:
     }
 
 
+_HANG_FLOOR_S = 60.0  # the shortest silence "auto" calls a hang
+
+
 def hang_threshold(setting: float | str | None, run: Run | None) -> float | None:
     """Seconds of silence that make a hang: the setting, or for "auto" ten step times (at least 60 s; 300 s
     while no step time is known)."""
     if setting != "auto":
         return setting  # type: ignore[return-value]
     spi = (progress_of(run) or {}).get("s_per_it") if run is not None else None
-    return max(60.0, 10.0 * spi) if isinstance(spi, (int, float)) and math.isfinite(spi) and spi > 0 else 300.0
+    return max(_HANG_FLOOR_S, 10.0 * spi) if isinstance(spi, (int, float)) and math.isfinite(spi) and spi > 0 else 300.0
 
 
 class AttachSession:
@@ -453,9 +456,13 @@ class AttachSession:
     def _check_hang(self, now: float, alive: bool) -> bool:
         """The log silent for `hang_after_s` while the ranks live: where is each rank waiting?  Once per silence
         period (again after another full period); True when a new localisation was made."""
-        after = hang_threshold(self.opts.hang_after_s, self.run)
-        t = self.target
-        if after is None or not alive or not t.rank_pids or now - self._last_growth < after:
+        setting, t = self.opts.hang_after_s, self.target
+        silent = now - self._last_growth
+        # cheap tests first: this runs on every poll, the step-time median only once the log is silent a while
+        if setting is None or not alive or not t.rank_pids or silent < (_HANG_FLOOR_S if setting == "auto" else setting):
+            return False
+        after = hang_threshold(setting, self.run)
+        if after is None or silent < after:
             return False
         if self._hang_checked is not None and now - self._hang_checked < after:
             return False
