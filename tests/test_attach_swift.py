@@ -179,6 +179,18 @@ def test_a_real_hung_rank_is_localised_from_the_stacks(tiny):
 
         attach.kill()
         attach.wait()
+        # torchrun's workers leave the launcher's process group: kill every process of this job by its output dir
+        marker = str(d / "hang" / "out")
+        for pid in [int(x) for x in os.listdir("/proc") if x.isdigit()]:
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if marker in cmd and pid != os.getpid():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
         try:
             os.killpg(job.pid, signal.SIGKILL)
         except ProcessLookupError:
