@@ -21,7 +21,10 @@ With several captures, one per node (each with its `run sh:` line and its own
 torchrun report), each report's root cause is classified - killed by a signal or
 failed of its own making, unclear, or failed in a collective - and the earliest
 of the first class (by the report's time) is the culprit; the other nodes'
-failures are consequences.  `node` is the capture's `--node_rank`.
+failures are consequences.  `node` is the capture's `--node_rank`.  A node whose capture has no table
+because its launcher was itself stopped by a signal from outside (torchrun's "Received N death signal",
+as a scheduler's preemption or scancel sends it) is a candidate of the first class too: its ranks
+(node x nproc_per_node, ...) were interrupted, and the other nodes then lost their peers.
 `culprit`: {rank, node, host, kind, category, file, line, time, summary};
 `consequences`: [{rank, node, kind, file, line}].
 
@@ -34,6 +37,7 @@ failure or a collective's), else its exit as torchrun reported it.  Empty with f
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from diagnose.models import Event, Run
@@ -122,9 +126,44 @@ def _file_of(run: Run, w: dict[str, Any]) -> str | None:
     return run.line_file
 
 
+_GLOG = re.compile(r"^[IWEF](\d\d)(\d\d) (\d\d:\d\d:\d\d(?:\.\d+)?) ")
+_TORCHRUN_TIME = re.compile(r"^\d{4}-(\d\d)-(\d\d)_(\d\d:\d\d:\d\d)")
+
+
+def _sort_time(t: str | None) -> str:
+    """torchrun's `2026-11-23_22:21:54` and a glog stamp's `11-23 22:21:53.173` as one sortable `MM-DD HH:MM:SS`."""
+    m = _TORCHRUN_TIME.match(t or "")
+    if m:
+        return f"{m.group(1)}-{m.group(2)} {m.group(3)}"
+    return t if t and re.match(r"\d\d-\d\d \d\d:", t) else "~"
+
+
+def _launcher_signals(run: Run, roots: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Captures of a multi-node job without a failure table whose torchrun was stopped by a signal from outside."""
+    if len(set(run.nodes.values())) < 2:
+        return []
+    with_table = {f.get("file") for f in roots}
+    nproc = (run.launch.nproc_per_node if run.launch else None) or 1
+    out = []
+    for e in run.events:
+        if e.kind != "signal" or e.file in with_table or "death signal" not in e.text or e.file not in run.nodes:
+            continue
+        node = run.nodes[e.file]
+        m = _GLOG.match(e.text.lstrip())
+        out.append({"rank": node * nproc if nproc == 1 else None, "ranks": [node * nproc + i for i in range(nproc)],
+                    "file": e.file, "line": e.line, "host": None, "exitcode": -int(e.detail.get("signal") or 15),
+                    "time": f"{m.group(1)}-{m.group(2)} {m.group(3)}" if m else None, "launcher_signal": True,
+                    "root_cause": True})
+        with_table.add(e.file)
+    return out
+
+
 def _classify(run: Run, entry: dict[str, Any]) -> tuple[int, str, str, Event | None]:
     """(order, kind, category, event): 0 = the rank's own failure, 1 = unclear, 2 = it failed in a collective."""
     rank, file = entry.get("rank"), entry.get("file")
+    if entry.get("launcher_signal"):
+        sig = _SIGNALS.get(entry.get("exitcode"), f"signal {-entry['exitcode']}")
+        return 0, f"its launcher (torchrun) received {sig} from outside and stopped its workers", "interrupted", None
     same = [e for e in run.events if e.file == file and rank in _ranks_of(e)]
     own = next((e for e in same if e.kind in OWN), None)
     coll = next((e for e in same if e.kind in COLLECTIVE), None)
@@ -141,19 +180,22 @@ def _classify(run: Run, entry: dict[str, Any]) -> tuple[int, str, str, Event | N
 def find_culprit(run: Run, category: str | None = None) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     culprit: dict[str, Any] | None = None
     roots = [f for f in run.failures if f.get("root_cause") and "rank" in f]
+    roots += _launcher_signals(run, roots)
     own = [e for e in run.events if e.kind in OWN and _ranks_of(e)]
     used_roots: list[dict[str, Any]] = []
     if roots:
         # several nodes, one table each: the rank that failed of its own making, earliest first
-        ranked = sorted(roots, key=lambda f: (_classify(run, f)[0], f.get("time") or "~", f.get("line") or 0))
+        ranked = sorted(roots, key=lambda f: (_classify(run, f)[0], _sort_time(f.get("time")), f.get("line") or 0))
         root = ranked[0]
         order, kind, cat, _ev = _classify(run, root)
         node = run.nodes.get(root.get("file") or "")
-        if cat in ("unknown",) and category and category not in ("healthy", "unknown"):
+        if cat in ("unknown",) and category and category not in ("healthy", "unknown", "nccl"):
             cat = category
+        who = (f"rank {root['rank']}" if root["rank"] is not None else
+               f"ranks {', '.join(map(str, root.get('ranks') or []))}")
         culprit = {"rank": root["rank"], "node": node, "host": root.get("host"), "kind": kind, "category": cat,
                    "file": root.get("file"), "line": root.get("line"), "time": root.get("time"),
-                   "summary": f"rank {root['rank']}" + (f" (node {node})" if node is not None else "")
+                   "summary": who + (f" (node {node})" if node is not None else "")
                               + (f" on {root['host']}" if root.get("host") else "")
                               + f" failed first: {kind}" + (" (torchrun's root cause)" if len(roots) == 1 else
                                                              f" ({root.get('time') or 'earliest'}, of {len(roots)} nodes' reports)")}
@@ -183,6 +225,8 @@ def find_culprit(run: Run, category: str | None = None) -> tuple[dict[str, Any] 
                     cons.append({"rank": r, "node": run.nodes.get(e.file or ""), "kind": f"{e.kind}: {e.text[:100]}",
                                  "file": e.file, "line": e.line})
         elif e.kind == "closing_signal":
+            if e.file == culprit.get("file") and culprit.get("category") == "interrupted":
+                continue  # the interrupted launcher passing its signal on to its own workers: part of the cause
             n = int(e.detail.get("repeats", 1))
             cons.append({"rank": None, "node": run.nodes.get(e.file or ""), "kind": f"{n} process(es) sent "
                          f"{e.detail.get('name', 'a signal')} by torchrun", "file": e.file, "line": e.line})
@@ -217,6 +261,12 @@ def rank_table(run: Run) -> list[dict[str, Any]]:
         r["last_time"] = r["last_time"] or f.get("time")
         if r["first_error"] is None:
             r["first_error"], r["line"] = f"exit: {_exit_kind(f)[0]}", f.get("line")
+    for sig in _launcher_signals(run, [f for f in run.failures if f.get("root_cause") and "rank" in f]):
+        for rk in sig["ranks"]:
+            r = row(rk, sig["file"])
+            r["last_time"] = r["last_time"] or sig["time"]
+            if r["first_error"] is None:
+                r["first_error"], r["line"] = f"interrupted: {_classify(run, sig)[1]}", sig["line"]
     if len(rows) < 2:
         return []
     steps = run.steps["step"] if len(run.steps) else None

@@ -154,6 +154,14 @@ def build_diagnosis(findings: list[Finding], skipped: list[Skipped], features: F
     from diagnose.culprit import find_culprit, rank_table
 
     culprit, consequences = find_culprit(run, primary.category)
+    cc = (culprit or {}).get("category")
+    if cc and cc != primary.category and (cc != "unknown" or primary.category == "nccl"):
+        # the culprit's own failure is the diagnosis; the other ranks' errors are its consequences
+        own = next((f for f in serious if f.category == cc), None)
+        if own is not None:
+            primary = Primary(category=own.category, rule=own.rule, severity=own.severity, summary=own.summary,
+                              confidence=own.confidence, missing=own.missing)
+            ranked = [own] + [f for f in ranked if f is not own]
     return Diagnosis(primary=primary, culprit=culprit, consequences=consequences, ranks=rank_table(run),
                      findings=ranked, skipped=skipped,
                      dropped=merge_remedies(ranked), features=feats, notes=list(features.notes) + list(run.notes))

@@ -164,3 +164,48 @@ def test_with_two_ranks_the_one_outside_the_collective_is_the_odd_one():
     assert res["odd"]["others_wait_in"] == "all_reduce (distributed_c10d.py:1)"
     both_inside = {10: dumps[10], 11: _dump(("barrier", "/t/torch/distributed/distributed_c10d.py"))}
     assert localise(both_inside)["odd"] is None  # two collectives: a desync, not an odd one out
+
+
+def _recorded(name: str) -> tuple[list[dict], dict[int, int]]:
+    """A fixture's stacks.jsonl (real py-spy dumps of a real 2-rank swift sft) as dump_stacks rounds."""
+    import json
+
+    from tests.conftest import FIXTURES
+
+    rows = [json.loads(x) for x in (FIXTURES / name / "stacks.jsonl").read_text().splitlines()]
+    rounds: dict[int, dict] = {}
+    for r in rows:
+        rounds.setdefault(r["round"], {})[r["pid"]] = {"frames": r["frames"], "error": r["error"]}
+    return [rounds[k] for k in sorted(rounds)], {r["pid"]: r["rank"] for r in rows}
+
+
+def test_the_real_straggler_is_named_from_rounds_of_stacks():
+    from diagnose.attach.stacks import stragglers_from_stacks
+
+    # GIVEN 12 rounds of both ranks' stacks while rank 1 sleeps 0.6 s per step (fixtures/straggler_2rank_4x)
+    rounds, ranks = _recorded("straggler_2rank_4x")
+    (s,) = stragglers_from_stacks(rounds, ranks)
+    # THEN rank 1 is the straggler, where it spends its time is named, and rank 0 waits in DDP's collectives
+    assert s["rank"] == 1 and s["where"].startswith("_slow_input_pipeline (plugin.py")
+    assert s["slowdown"] > 2 and "lower bound" in s["evidence"] and "_sync_buffers" in s["evidence"]
+    # too few rounds say nothing
+    assert stragglers_from_stacks(rounds[:3], ranks) == []
+
+
+def test_ranks_that_take_turns_are_not_stragglers():
+    from diagnose.attach.stacks import stragglers_from_stacks
+
+    work = _dump(("forward", "/m/model.py"))
+    wait = _dump(("all_reduce", "/t/torch/distributed/distributed_c10d.py"))
+    even = [{1: work, 2: wait} if i % 2 else {1: wait, 2: work} for i in range(12)]
+    assert stragglers_from_stacks(even, {1: 0, 2: 1}) == []
+    busy = [{1: work, 2: work} for _ in range(12)]
+    assert stragglers_from_stacks(busy) == []
+
+
+def test_the_real_hung_rank_is_localised_from_its_recorded_stacks():
+    # GIVEN one round of stacks of a real job whose rank 1 stopped for good at step 3 (fixtures/hang_2rank_4x)
+    rounds, ranks = _recorded("hang_2rank_4x")
+    res = localise(rounds[0], ranks)
+    assert res["odd"]["rank"] == 1 and res["odd"]["where"].startswith("_read_next_shard_forever (plugin.py")
+    assert "_distributed_broadcast_coalesced" in res["odd"]["others_wait_in"]  # DDP's buffer broadcast, a collective

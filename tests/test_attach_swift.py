@@ -148,8 +148,31 @@ transformers.Trainer.training_step = training_step
 '''
 
 
-@pytest.mark.skipif(shutil.which("py-spy", path=str(Path(sys.executable).parent)) is None and shutil.which("py-spy") is None,
-                    reason="py-spy is not installed")
+def _kill_job(job: subprocess.Popen, marker: Path) -> None:
+    """torchrun's workers leave the launcher's process group: kill every process of the job by its output dir."""
+    import signal
+
+    for pid in [int(x) for x in os.listdir("/proc") if x.isdigit()]:
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if str(marker) in cmd and pid != os.getpid():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    try:
+        os.killpg(job.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    job.wait()
+
+
+NO_PY_SPY = shutil.which("py-spy", path=str(Path(sys.executable).parent)) is None and shutil.which("py-spy") is None
+
+
+@pytest.mark.skipif(NO_PY_SPY, reason="py-spy is not installed")
 def test_a_real_hung_rank_is_localised_from_the_stacks(tiny):
     # GIVEN a real 2-rank `swift sft` over gloo whose rank 1 stops for good at step 3 (an external plugin)
     tinyjob, d, model, data = tiny
@@ -175,27 +198,9 @@ def test_a_real_hung_rank_is_localised_from_the_stacks(tiny):
                 if h.get("odd"):  # a silent start-up (both ranks loading) has none: read on
                     break
     finally:
-        import signal
-
         attach.kill()
         attach.wait()
-        # torchrun's workers leave the launcher's process group: kill every process of this job by its output dir
-        marker = str(d / "hang" / "out")
-        for pid in [int(x) for x in os.listdir("/proc") if x.isdigit()]:
-            try:
-                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-            except OSError:
-                continue
-            if marker in cmd and pid != os.getpid():
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        try:
-            os.killpg(job.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        job.wait()
+        _kill_job(job, d / "hang" / "out")
     assert hangs, f"no hang localised; stderr: {attach.stderr.read()[-1000:]}\n{log.read_text()[-2000:]}"
     # THEN the stacks name rank 1, stuck outside the collective rank 0 waits in
     odd = hangs[-1]["odd"]
@@ -203,3 +208,62 @@ def test_a_real_hung_rank_is_localised_from_the_stacks(tiny):
     assert odd["rank"] == 1 and odd["where"].startswith("_read_next_shard_forever (plugin.py:"), odd
     assert "distributed_c10d.py" in odd["others_wait_in"]
     assert hangs[-1]["stalled_s"] >= 15
+
+
+SLOW_PLUGIN = '''
+"""Rank 1 is slow: it sleeps 0.6 s in every training step; rank 0 waits for it in the collectives."""
+import os
+import time
+
+import transformers
+
+_orig = transformers.Trainer.training_step
+
+
+def _slow_input_pipeline():
+    time.sleep(0.6)
+
+
+def training_step(self, *args, **kwargs):
+    if os.environ.get("RANK") == "1":
+        _slow_input_pipeline()
+    return _orig(self, *args, **kwargs)
+
+
+transformers.Trainer.training_step = training_step
+'''
+
+
+@pytest.mark.skipif(NO_PY_SPY, reason="py-spy is not installed")
+def test_a_real_straggler_is_named_while_the_job_trains(tiny):
+    # GIVEN a real 2-rank DDP `swift sft` over gloo (--use_cpu true) whose rank 1 sleeps 0.6 s in every step
+    tinyjob, d, model, data = tiny
+    (d / "slow").mkdir()
+    plugin = d / "slow" / "plugin.py"
+    plugin.write_text(SLOW_PLUGIN)
+    log = d / "slow" / "train.log"
+    argv = tinyjob.sft_argv(model, data, d / "slow" / "out", swift=SWIFT, max_steps=40, ddp_backend="gloo",
+                            use_cpu="true", external_plugins=str(plugin))
+    env = tinyjob.swift_env({**OFFLINE, "NPROC_PER_NODE": "2", "MASTER_PORT": "29573", "OMP_NUM_THREADS": "1"})
+    with log.open("wb") as fh:
+        job = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    found: list[dict] = []
+    attach = subprocess.Popen([sys.executable, "-m", "diagnose", "attach", str(job.pid), "--format", "json",
+                               "--no-gpu", "--rank-stacks", "0.5", "--timeout", "240"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # WHEN attach follows it by PID, taking both ranks' stacks every 0.5 s while it trains
+        for line in attach.stdout:
+            doc = json.loads(line) if line.strip() else {}
+            if doc.get("stragglers"):
+                found = doc["stragglers"]
+                break
+    finally:
+        attach.kill()
+        attach.wait()
+        _kill_job(job, d / "slow" / "out")
+    assert found, f"no straggler named; stderr: {attach.stderr.read()[-1000:]}\n{log.read_text()[-2000:]}"
+    # THEN rank 1 is named, with where it spends its time
+    (s,) = found
+    assert s["rank"] == 1 and s["gpu"] is None and s["slowdown"] > 1.5
+    assert "_slow_input_pipeline (plugin.py" in s["evidence"]

@@ -108,3 +108,36 @@ def test_a_desync_at_the_same_seqnum_is_said_so():
 def test_several_process_groups_without_names_are_not_compared():
     d = analyze_run(parse_run([str(RW / "044_nccl.log")]))  # rank 0 reports three SeqNums: other process groups
     assert d.culprit is None
+
+
+def test_real_two_node_job_whose_node_launcher_got_sigterm_names_that_node():
+    """fixtures/multinode_sigterm_4x: two nodes in their own network namespaces (node-a, node-b); node 1's torchrun
+    got SIGTERM after step 12 and printed no failure table - only its "Received 15 death signal"."""
+    run = parse_run([str(FIXTURES / "multinode_sigterm_4x")])
+    d = analyze_run(run)
+    cu = d.culprit
+    assert (cu["rank"], cu["node"], cu["category"]) == (1, 1, "interrupted") and cu["file"].endswith("node1.log")
+    assert "SIGTERM" in cu["kind"] and cu["time"].startswith("11-23 ")
+    # node 0's torchrun table (rank 0 failed in gloo, host node-a) is the consequence, not the cause
+    assert [(c["rank"], c["node"]) for c in d.consequences] == [(0, 0)]
+    assert d.primary.category == "interrupted" and d.primary.rule == "INT001"
+    rows = {r["rank"]: r for r in d.ranks}
+    assert sorted(rows) == [0, 1] and rows[1]["first_error"].startswith("interrupted") and rows[0]["last_step"] == 12
+
+
+def test_real_two_node_job_whose_rank_raised_names_it_and_diagnoses_its_own_error():
+    """fixtures/multinode_raise_4x: rank 1 (node-b) raised a RuntimeError in its training step at step 12."""
+    d = analyze_run(parse_run([str(FIXTURES / "multinode_raise_4x")]))
+    cu = d.culprit
+    assert (cu["rank"], cu["node"], cu["host"]) == (1, 1, "node-b") and "RuntimeError: shard 7" in cu["kind"]
+    assert cu["category"] == "unknown"  # an exception of the job's own, not the gloo error that followed on rank 0
+    assert [(c["rank"], c["node"]) for c in d.consequences] == [(0, 0)]
+    assert "Connection closed by peer" in d.consequences[0]["kind"]
+    # the primary finding is the culprit's own failure (the exception), ranked above rank 0's NCCL/gloo error
+    assert d.primary.rule == "GEN001" and d.findings[0].rule == "GEN001"
+
+
+def test_a_launcher_signal_in_a_single_capture_makes_no_culprit():
+    # one capture (one node) interrupted by Ctrl-C: nothing to order across nodes
+    d = analyze_run(parse_run([str(FIXTURES / "multinode_sigterm_4x" / "node1.log")]))
+    assert d.culprit is None

@@ -63,6 +63,9 @@ class AttachOptions:
     # no new log line this long while the ranks live: dump their stacks.  "auto": ten step times, at least 60 s
     # (300 s before a step time is known); None: never
     hang_after_s: float | str | None = "auto"
+    # while the job trains with two or more local ranks, one round of every rank's stack this often (py-spy, a
+    # dump's pause): the rank outside the collective the others wait in is the straggler; None: never
+    rank_stacks_every_s: float | None = 30.0
 
 
 @dataclass
@@ -187,6 +190,9 @@ class AttachSession:
         self._last_growth = time.monotonic()  # the logs last grew
         self._hang_checked: float | None = None
         self.hang: dict[str, Any] | None = None
+        self._stack_rounds: list[dict[int, dict[str, Any]]] = []  # the last rounds of rank stacks (stragglers)
+        self._stacks_t: float | None = None
+        self.stack_stragglers: list[dict[str, Any]] = []
 
     # ------------------------------------------------------------------ setup
     @property
@@ -390,6 +396,8 @@ class AttachSession:
 
         diag = analyze_run(self.run, samples=gsum, host=host if live else None,
                            options=AnalyzeOptions(gpu=self.opts.gpu, params=self.opts.params, live=live))
+        diag.stragglers = diag.stragglers + [{k: s[k] for k in ("gpu", "rank", "node", "slowdown", "evidence")}
+                                             for s in self.stack_stragglers]
         return analyze_document(diag, self.run)
 
     def _alerts(self, diag: Any, now: float) -> list[dict[str, Any]]:
@@ -448,6 +456,8 @@ class AttachSession:
             self._mark({"kind": "mark", "t": round(time.time(), 3), "event": "gpus", "gpus": t.gpus})
             self._marked_gpus = list(t.gpus)
         hung = self._check_hang(now, alive)
+        if not hung and self._sample_rank_stacks(now, alive):
+            parsed = True  # a straggler appeared or changed: show it
         beat = now - self._last_emit >= self.opts.heartbeat_s
         if not (parsed or beat or force or hung):
             return None
@@ -477,6 +487,32 @@ class AttachSession:
         res["errors"] = errors
         self.hang = res
         return True
+
+    def _sample_rank_stacks(self, now: float, alive: bool) -> bool:
+        """One round of every local rank's stack while the job trains (its log grew within a poll period of
+        the hang threshold's floor); True when the straggler verdict changed."""
+        every, t = self.opts.rank_stacks_every_s, self.target
+        if not every or not alive or len(t.rank_pids) < 2 or self.run is None or not len(self.run.steps):
+            return False
+        if now - self._last_growth >= _HANG_FLOOR_S or (self._stacks_t is not None and now - self._stacks_t < every):
+            return False
+        from diagnose.attach.stacks import dump_stacks, stragglers_from_stacks
+        from diagnose.attach.target import rank_of
+
+        self._stacks_t = now
+        dumps = dump_stacks(list(t.rank_pids))
+        errors = sorted({d["error"] for d in dumps.values() if d.get("error")})
+        if errors and len(errors) == len(dumps):
+            note = f"rank stacks: {errors[0]}"
+            if note not in self.notes:
+                self.notes.append(note)
+            self.opts.rank_stacks_every_s = None  # py-spy missing or not permitted: do not retry every round
+            return False
+        self._stack_rounds = (self._stack_rounds + [dumps])[-60:]
+        before = [(s["rank"], s["pid"]) for s in self.stack_stragglers]
+        self.stack_stragglers = stragglers_from_stacks(
+            self._stack_rounds, ranks={p: r for p in t.rank_pids if (r := rank_of(p)) is not None})
+        return [(s["rank"], s["pid"]) for s in self.stack_stragglers] != before
 
     def _snapshot(self, now: float, live: bool, force_summary: bool = False, final: bool = False,
                   always: bool = False) -> Snapshot | None:

@@ -12,7 +12,14 @@ Contract:
   "odd": {"pid", "rank", "where", "stack"} | None}.  The odd one out is the single rank whose place
   differs from the place all the others share (the rank that is not in the collective the others
   wait in); with two places and one rank in each (a two-rank job), the one outside a collective
-  (no `distributed_c10d.py` frame) while the other is in one.  Otherwise there is none.
+  (no collective frame: distributed_c10d.py, deepspeed.comm, DDP's buffer broadcast) while the other is in one.  Otherwise there is none.
+- `stragglers_from_stacks(rounds, ranks=None, min_rounds=6) -> list[dict]`: the straggler of a job that
+  still moves, from several rounds of dumps taken while it trains.  In data-parallel training the fast ranks
+  wait in a collective for the slow one: a rank found outside any collective in most rounds while the
+  others are inside one in most rounds holds the job back.  Entry: {rank, node, gpu, slowdown, evidence,
+  where, rounds}; `slowdown` = the share of time it works ÷ the share the others work (the others'
+  busy share is taken as at least one sample's, 1/rounds, so a handful of rounds never gives infinity: then
+  the evidence says the figure is a lower bound).
 """
 from __future__ import annotations
 
@@ -97,8 +104,68 @@ def localise(dumps: dict[int, dict[str, Any]], ranks: dict[int, int] | None = No
     return out
 
 
+# DDP's own collectives in its forward (buffer broadcast); the gradient all-reduce runs in C++ under backward
+_DDP_SYNC = {"_distributed_broadcast_coalesced", "_default_broadcast_coalesced", "_sync_module_buffers", "_sync_buffers",
+             "_sync_params_and_buffers"}
+
+
+def _collective_frame(f: dict[str, Any]) -> bool:
+    file = (f.get("file") or "").replace("\\", "/")
+    return (file.endswith("distributed_c10d.py") or "/deepspeed/comm/" in file
+            or (file.endswith("nn/parallel/distributed.py") and (f.get("name") or "").rsplit(".", 1)[-1] in _DDP_SYNC))
+
+
 def _in_collective(frames: list[dict[str, Any]]) -> bool:
-    return any((f.get("file") or "").endswith("distributed_c10d.py") for f in frames)
+    return any(_collective_frame(f) for f in frames)
 
 
-__all__ = ["dump_stacks", "where", "localise"]
+def _collective_of(frames: list[dict[str, Any]]) -> str | None:
+    """The collective a stack waits in: its outermost collective frame (all_gather_object, _sync_buffers, …)."""
+    hits = [f for f in frames if _collective_frame(f)]
+    return f"{hits[-1].get('name')} ({os.path.basename(hits[-1].get('file') or '')})" if hits else None
+
+
+def stragglers_from_stacks(rounds: list[dict[int, dict[str, Any]]], ranks: dict[int, int] | None = None,
+                           min_rounds: int = 6, gap: float = 0.4) -> list[dict[str, Any]]:
+    ranks = ranks or {}
+    seen: dict[int, list[list[dict[str, Any]]]] = {}
+    for r in rounds:
+        for pid, d in r.items():
+            if not d.get("error") and d.get("frames"):
+                seen.setdefault(pid, []).append(d["frames"])
+    seen = {pid: fr for pid, fr in seen.items() if len(fr) >= min_rounds}
+    if len(seen) < 2:
+        return []
+    inside = {pid: sum(_in_collective(f) for f in fr) / len(fr) for pid, fr in seen.items()}
+    slow = min(inside, key=lambda p: inside[p])
+    others = sorted(v for p, v in inside.items() if p != slow)
+    w_o = others[len(others) // 2]
+    w_s = inside[slow]
+    if w_o < 0.5 or w_o - w_s < gap:
+        return []
+    n = len(seen[slow])
+    busy_o = max(1.0 - w_o, 1.0 / n)
+    places: dict[str, int] = {}
+    for f in seen[slow]:
+        if not _in_collective(f):
+            places[where(f)] = places.get(where(f), 0) + 1
+    top = max(places, key=lambda k: places[k]) if places else "unknown"
+    colls: dict[str, int] = {}
+    for p, fr in seen.items():
+        if p != slow:
+            for f in fr:
+                if (c := _collective_of(f)):
+                    colls[c] = colls.get(c, 0) + 1
+    coll = max(colls, key=lambda k: colls[k]) if colls else "a collective"
+    who = f"rank {ranks[slow]}" if slow in ranks else f"pid {slow}"
+    rest = "the other ranks" if len(seen) > 2 else "the other rank"
+    bound = busy_o > 1.0 - w_o  # the others were (almost) never caught working: the ratio is a lower bound
+    evidence = (f"{rest} waited in a collective (mostly {coll}) in {w_o:.0%} of {n} stack samples; {who} was outside "
+                f"any collective in {1 - w_s:.0%}, mostly in {top} ({places.get(top, 0)} of {n})"
+                + "; the slowdown is a lower bound (waits inside backward's gradient all-reduce do not show in Python "
+                "stacks" + ("; nor in so few samples" if bound else "") + ")")
+    return [{"rank": ranks.get(slow), "pid": slow, "node": None, "gpu": None,
+             "slowdown": round((1.0 - w_s) / busy_o, 2), "evidence": evidence, "where": top, "rounds": n}]
+
+
+__all__ = ["dump_stacks", "where", "localise", "stragglers_from_stacks"]

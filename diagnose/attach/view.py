@@ -204,6 +204,9 @@ def _diagnosis(d: Any) -> Any:
 def render_snapshot(snap: Snapshot) -> Group:
     parts: list[Any] = [_header(snap), Text(""), _progress(snap.progress), Text(""), _gpus(snap.gpus),
                         _host(snap.host), Text(""), _diagnosis(snap.diagnosis)]
+    for st in (snap.diagnosis.stragglers if snap.diagnosis is not None else []):
+        who = f"GPU {st.gpu}" if st.gpu is not None else f"rank {st.rank}"
+        parts.append(Text.assemble(("straggler ", "bold yellow"), f"{who} runs {st.slowdown:.2f}× slower: {st.evidence}"))
     if snap.hang is not None:
         parts.append(_hang(snap.hang))
     for n in snap.notes[:3]:

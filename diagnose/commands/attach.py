@@ -44,6 +44,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="no new log line for S seconds while the ranks live: dump every rank's Python stack "
                              "(py-spy) and name the rank not waiting where the others wait (default: ten step "
                              "times, at least 60 s; 0: never)")
+    parser.add_argument("--rank-stacks", type=float, default=None, metavar="S",
+                        help="while the job trains with two or more local ranks, take every rank's Python stack "
+                             "(py-spy) every S seconds; the rank outside the collective the others wait in is "
+                             "named the straggler (default 30; 0: never)")
     parser.add_argument("--timeout", type=float, metavar="S", help="stop following after S seconds")
     parser.add_argument("--fail-on", choices=["info", "warning", "error"],
                         help="exit 1 when the final diagnosis has a finding of this severity")
@@ -70,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--interval and --poll must be > 0")
     if args.hang_after is not None and args.hang_after < 0:
         raise UsageError("--hang-after must be >= 0 (0: never)")
+    if args.rank_stacks is not None and args.rank_stacks < 0:
+        raise UsageError("--rank-stacks must be >= 0 (0: never)")
     gpus = None
     if args.gpus is not None:
         try:
@@ -81,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
     samples_out = None if (args.no_samples_file or args.once) else (args.samples_out or "auto")
     opts = AttachOptions(interval_s=args.interval, poll_s=args.poll, samples_out=samples_out, nvml=not args.no_gpu,
                          fake_nvml=args.fake_nvml, gpu=args.gpu, params=args.param, gpus=gpus,
-                         hang_after_s="auto" if args.hang_after is None else (args.hang_after or None))
+                         hang_after_s="auto" if args.hang_after is None else (args.hang_after or None),
+                         rank_stacks_every_s=30.0 if args.rank_stacks is None else (args.rank_stacks or None))
     session = AttachSession(target, opts)
     session.start()
     if session.nvml_notice and not args.no_gpu:

@@ -72,7 +72,8 @@ def print_diagnosis(diag: Diagnosis, run: Run, console: Console | None = None, v
                          + f": {(r.get('first_error') or 'no error')[:90]}", style="dim"))
         c.print()
     for st in diag.stragglers:
-        c.print(Text.assemble(("straggler ", "bold"), (f"GPU {st['gpu']} runs {st['slowdown']:.2f}× slower: {st['evidence']}", "")))
+        who = f"GPU {st['gpu']}" if st.get("gpu") is not None else f"rank {st['rank']}"
+        c.print(Text.assemble(("straggler ", "bold"), (f"{who} runs {st['slowdown']:.2f}× slower: {st['evidence']}", "")))
     shown = [f for f in diag.findings if verbose or f.severity != "info" or p.category == "healthy"]
     for f in shown:
         c.print(Text.assemble((f"{f.severity:<7} ", _STYLE.get(f.severity, "")), (f"{f.rule} ", "bold"),

@@ -80,6 +80,9 @@ def diagnosis_markdown(diag: Diagnosis, run: Run, quoted: dict[int, str] | None 
             out.append(f"| {r['rank']} | {'' if r.get('node') is None else r['node']} | "
                        f"{'' if r.get('last_step') is None else r['last_step']} | {r.get('last_time') or ''} | {err} | {where} |")
         out.append("")
+    for st in diag.stragglers:
+        who = f"GPU {st['gpu']}" if st.get("gpu") is not None else f"rank {st['rank']}"
+        out += [f"**Straggler:** {who} runs {st['slowdown']:.2f}× slower: {st['evidence']}", ""]
     cmd = _command(run)
     if cmd:
         out += ["**Launch command** (from the `run sh:` line):", "", "```bash", cmd, "```", ""]
