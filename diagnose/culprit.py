@@ -17,6 +17,9 @@ SeqNum, OpType, NumelIn, per process group) names the rank that fell behind
 (lowest SeqNum) or says the ranks desynchronised (same SeqNum, different op or
 size) - probable; a run where every rank reports the same collective has no
 culprit in the text (the stuck rank is the one whose own error is missing): None.
+Flight recorder dumps (one per rank: `parse.flight_recorder`) come before the watchdog lines: the rank
+whose last enqueued collective is behind the others' is named (certain), or the desync at the same
+collective.
 With several captures, one per node (each with its `run sh:` line and its own
 torchrun report), each report's root cause is classified - killed by a signal or
 failed of its own making, unclear, or failed in a collective - and the earliest
@@ -122,6 +125,55 @@ def _watchdog_culprit(run: Run) -> dict[str, Any] | None:
     return None
 
 
+def _fr_culprit(run: Run) -> dict[str, Any] | None:
+    """Flight recorder dumps, one per rank: per process group, the last collective each rank enqueued.
+
+    A rank whose last collective is behind the others' never called the collective they wait in: it is
+    stuck elsewhere (certain: the dumps say which collectives each rank called).  The same last collective
+    with a different op or size on some rank means the ranks desynchronised.
+    """
+    dumps = [d for d in run.flight_recorder if d.get("rank") is not None]
+    if len(dumps) < 2:
+        return None
+    pgs = sorted({pg for d in dumps for pg in d["last"]})
+    for pg in pgs:
+        one = {d["rank"]: d for d in dumps if pg in d["last"]}
+        if len(one) < 2:
+            continue
+
+        def seq(d: dict[str, Any]) -> int:
+            st = d["pgs"].get(pg) or {}
+            v = st.get("last_enqueued")
+            return v if isinstance(v, int) and v >= 0 else d["last"][pg]["seq"]
+
+        seqs = {r: seq(d) for r, d in one.items()}
+        low, high = min(seqs.values()), max(seqs.values())
+        name = f"process group {pg}"
+        if low < high:
+            lag = sorted(r for r, v in seqs.items() if v == low)
+            ahead = next(d for r, d in one.items() if seqs[r] == high)
+            pend = ahead["last"][pg]
+            mine = one[lag[0]]["last"][pg]
+            what = f"#{pend['seq']} {pend['op']}" + (f" from {pend['where']}" if pend.get("where") else "")
+            return {"rank": lag[0] if len(lag) == 1 else None, "node": None, "host": None, "category": "nccl",
+                    "confidence": "certain", "file": one[lag[0]]["file"], "line": None, "time": None,
+                    "kind": f"behind in the collective sequence (flight recorder): its last collective is #{low} "
+                            f"{mine['op']}, the others enqueued #{high}",
+                    "summary": f"rank(s) {', '.join(map(str, lag))} never called collective {what} that the other "
+                               f"rank(s) wait in ({name}; flight recorder: their last is #{low} {mine['op']}): "
+                               "stuck outside the collectives, in their own code"}
+        ops = {r: (d["last"][pg]["op"], str(d["last"][pg]["sizes"])) for r, d in one.items()}
+        if len(set(ops.values())) > 1:
+            what = "; ".join(f"rank {r}: {o} {sz}" for r, (o, sz) in sorted(ops.items()))
+            d0 = next(iter(one.values()))
+            return {"rank": None, "node": None, "host": None, "category": "nccl", "confidence": "certain",
+                    "file": d0["file"], "line": None, "time": None,
+                    "kind": f"desynchronised at collective #{low} (flight recorder)",
+                    "summary": f"the ranks desynchronised at collective #{low} of {name} ({what}): they called "
+                               "different collectives"}
+    return None
+
+
 def _file_of(run: Run, w: dict[str, Any]) -> str | None:
     return run.line_file
 
@@ -209,7 +261,7 @@ def find_culprit(run: Run, category: str | None = None) -> tuple[dict[str, Any] 
                    "file": e.file, "line": e.line, "time": None,
                    "summary": f"rank {rank}" + (f" (node {node})" if node is not None else "") + f" failed first: {e.text[:120]}"}
     if culprit is None:
-        culprit = _watchdog_culprit(run)
+        culprit = _fr_culprit(run) or _watchdog_culprit(run)
     if culprit is None:
         return None, []
     cons: list[dict[str, Any]] = []

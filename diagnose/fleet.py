@@ -5,7 +5,10 @@ Contract:
   holding `logging.jsonl` or `args.json`: the `v<N>-<date>` folders ms-swift writes),
   plus every capture file (`*.log`, `*.out`, `*.txt`) that is not inside such a folder;
   a root that is itself a run folder or a file counts as one run.  Sorted, no duplicates.
-- `row_of(path) -> dict`: analyse one run (`pipeline.analyze_paths`) and keep the row:
+- `group_jobs(paths) -> list[Path | tuple[Path, ...]]`: the captures of one multi-node job, one per node in
+  one folder (their `run sh:` lines show `--nnodes` > 1 and agree apart from `--node_rank`:
+  `parse.relate`), become one entry, analysed as one job (its row's path: `dir/node0.log+node1.log`).
+- `row_of(path) -> dict`: analyse one run (a path, or a tuple of one job's captures) (`pipeline.analyze_paths`) and keep the row:
   path, swift_version, model, world_size, steps, max_steps, category, confidence, rule,
   samples_per_s, tokens_per_s, mfu_pct, memory_peak_gib, culprit_rank, error.  A run
   that cannot be read (a half-written file, nothing in it yet) is a row with `error`
@@ -54,19 +57,63 @@ def find_runs(roots: list[str]) -> list[Path]:
     return sorted(out)
 
 
+def _multinode(h: Any) -> bool:
+    toks = list(h.launcher or ())
+    for i, t in enumerate(toks):
+        v = toks[i + 1] if t == "--nnodes" and i + 1 < len(toks) else (t.split("=", 1)[1] if t.startswith("--nnodes=") else None)
+        if v is not None:
+            return v.split(":")[-1] not in ("1", "")
+    return False
+
+
+def group_jobs(paths: list[Path]) -> list[Path | tuple[Path, ...]]:
+    from diagnose.parse.relate import group_inputs, read_header
+
+    by_dir: dict[Path, list[Path]] = {}
+    for p in paths:
+        if p.is_file():
+            by_dir.setdefault(p.parent, []).append(p)
+    joined: dict[Path, tuple[Path, ...]] = {}
+    for files in by_dir.values():
+        multi = [f for f in files if _multinode(read_header(str(f)))]
+        if len(multi) < 2:
+            continue
+        for g in group_inputs([str(f) for f in multi]).groups:
+            if len(g) > 1:
+                job = tuple(Path(x) for x in g)
+                for x in job:
+                    joined[x] = job
+    out: list[Path | tuple[Path, ...]] = []
+    seen: set[tuple[Path, ...]] = set()
+    for p in paths:
+        job = joined.get(p)
+        if job is None:
+            out.append(p)
+        elif job not in seen:
+            seen.add(job)
+            out.append(job)
+    return out
+
+
+def _label(path: Path | tuple[Path, ...]) -> str:
+    if isinstance(path, tuple):
+        return str(path[0].parent / "+".join(p.name for p in path))
+    return str(path)
+
+
 def _model_of(run: Any) -> str | None:
     m = run.launch.flags.get("model") or run.launch.flags.get("model_id_or_path") or run.launch.flags.get("model_type")
     return str(m) if m is not None else None
 
 
-def row_of(path: Path | str) -> dict[str, Any]:
+def row_of(path: Path | str | tuple[Path, ...]) -> dict[str, Any]:
     from diagnose.errors import SwiftdocError
     from diagnose.pipeline import analyze_paths
 
     row: dict[str, Any] = {k: None for k in ROW_KEYS}
-    row["path"] = str(path)
+    row["path"] = _label(path) if isinstance(path, tuple) else str(path)
     try:
-        run, diag = analyze_paths([str(path)])
+        run, diag = analyze_paths([str(x) for x in path] if isinstance(path, tuple) else [str(path)])
     except SwiftdocError as e:  # an empty or half-written run: a row that says so
         row["error"] = e.message
         row["category"] = "unreadable"
@@ -90,7 +137,7 @@ def _init_worker() -> None:
     os.environ.setdefault("SWIFTDOC_JOBS", "1")  # a pool worker does not fork a scan helper of its own
 
 
-def analyse_runs(paths: list[Path], jobs: int = 1, progress: Callable[[int], None] | None = None) -> Iterator[dict[str, Any]]:
+def analyse_runs(paths: list[Path | tuple[Path, ...]], jobs: int = 1, progress: Callable[[int], None] | None = None) -> Iterator[dict[str, Any]]:
     if jobs <= 1 or len(paths) < 2:
         for i, p in enumerate(paths, 1):
             yield row_of(p)
@@ -107,4 +154,4 @@ def analyse_runs(paths: list[Path], jobs: int = 1, progress: Callable[[int], Non
                 progress(i)
 
 
-__all__ = ["ROW_KEYS", "find_runs", "row_of", "analyse_runs"]
+__all__ = ["ROW_KEYS", "find_runs", "group_jobs", "row_of", "analyse_runs"]

@@ -159,6 +159,8 @@ class Run(BaseModel):
     snapshot: dict[str, Any] | None = None  # nvidia-smi / gpustat / free / df pasted beside the log (parse.snapshots)
     environment: dict[str, str] = Field(default_factory=dict)  # python, NCCL, CUDA, driver versions the text shows
     failures: list[dict[str, Any]] = Field(default_factory=list)  # torchrun's failure table entries (parse.torchrun)
+    # per rank: its flight recorder dump's last collectives (parse.flight_recorder.read_dump)
+    flight_recorder: list[dict[str, Any]] = Field(default_factory=list, exclude=True)
     nodes: dict[str, int] = Field(default_factory=dict)  # capture file -> its node rank (torchrun --node_rank in `run sh:`)
     timers: list[dict[str, Any]] = Field(default_factory=list)  # DeepSpeed wall_clock_breakdown rows: {line, name: ms}
     iter_times: list[dict[str, Any]] = Field(default_factory=list)  # per-iteration {line, time_s, data_time_s} (mmengine, YOLOX...)

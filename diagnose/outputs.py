@@ -244,7 +244,19 @@ class AttachOut(_Strict):
     attach: AttachState
 
 
-SCHEMAS: dict[str, type[BaseModel]] = {"parse": RunOut, "analyze": AnalyzeOut, "lint": LintOut, "patch": PatchOut,
+class UnrelatedRunOut(_Strict):
+    inputs: list[str]
+    apart_because: Optional[str] = None  # why this run is not the one before it (None for the first)
+    analysis: AnalyzeOut
+
+
+class AnalyzeApartOut(_Strict):
+    """`swiftdoc analyze A B --format json` when the inputs are unrelated runs: one analysis per run, never merged."""
+    schema_version: Literal[2] = 2
+    unrelated: list[UnrelatedRunOut]
+
+
+SCHEMAS: dict[str, type[BaseModel]] = {"parse": RunOut, "analyze": AnalyzeOut, "analyze-apart": AnalyzeApartOut, "lint": LintOut, "patch": PatchOut,
                                         "attach": AttachOut}
 
 

@@ -10,6 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 BAD = ROOT / "tests" / "data" / "bad_input"
+FIXTURES = ROOT / "fixtures"
 sys.path.insert(0, str(BAD))
 
 
@@ -271,3 +272,46 @@ def test_help_and_verbose_conventions():
         del cli.COMMANDS["probe"]
         del _sys.modules["diagnose.commands.probe"]
     assert seen == {"verbose": True, "rest": ["a", "-v"]}  # a -v after `--` is an argument, not swiftdoc's
+
+
+# ------------------------------------------------------------------ unrelated runs given together
+
+def test_unrelated_captures_are_said_unrelated_and_analysed_apart():
+    nan, healthy = FIXTURES / "nan_4x" / "train.log", FIXTURES / "healthy_3x" / "train.log"
+    p = swiftdoc("analyze", str(nan), str(healthy), "--format", "json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    runs = doc["unrelated"]
+    assert [r["inputs"] for r in runs] == [[str(nan)], [str(healthy)]]
+    assert runs[0]["apart_because"] is None and runs[1]["apart_because"] == "different launch commands"
+    # each is the analysis of that capture alone, not a merge
+    for r, path in zip(runs, (nan, healthy)):
+        alone = json.loads(swiftdoc("analyze", str(path), "--format", "json").stdout)
+        assert r["analysis"]["primary"] == alone["primary"]
+        assert r["analysis"]["run"]["steps"] == alone["run"]["steps"] and r["analysis"]["run"]["sources"] == [str(path)]
+    text = swiftdoc("analyze", str(nan), str(healthy))
+    assert "2 unrelated runs (different launch commands): each is analysed apart" in " ".join(text.stderr.decode().split())
+    assert b"run 1 of 2" in text.stdout and b"run 2 of 2" in text.stdout
+    md = swiftdoc("analyze", str(nan), str(healthy), "--format", "markdown").stdout.decode()
+    assert md.count("# Run ") == 2
+
+
+def test_the_same_command_started_twice_is_two_runs(tmp_path):
+    # the node-0 capture of a real job, and the same text as if launched again later (another run folder)
+    src = (FIXTURES / "multinode_kill_4x" / "node0.log").read_text()
+    a, b = tmp_path / "a.log", tmp_path / "b.log"
+    a.write_text(src)
+    b.write_text(src.replace("v0-20261123-202032", "v1-20261124-081500"))
+    doc = json.loads(swiftdoc("analyze", str(a), str(b), "--format", "json").stdout)
+    assert doc["unrelated"][1]["apart_because"].startswith("different run folders (start times): v0-20261123-202032 vs v1-")
+
+
+def test_the_nodes_of_one_job_are_one_run_and_save_refuses_unrelated_runs(tmp_path):
+    d = FIXTURES / "multinode_kill_4x"
+    one = json.loads(swiftdoc("analyze", str(d / "node0.log"), str(d / "node1.log"), "--format", "json").stdout)
+    assert "unrelated" not in one and one["culprit"]["rank"] == 1
+    p = swiftdoc("analyze", str(FIXTURES / "nan_4x" / "train.log"), str(FIXTURES / "healthy_3x" / "train.log"),
+                 "--save", str(tmp_path / "r.json"))
+    _one_line_error(p)
+    assert p.returncode == 2 and "unrelated runs" in p.stderr.decode()
+    assert not (tmp_path / "r.json").exists()

@@ -1,6 +1,8 @@
 """The rank that failed first in one capture of several ranks (issue #9's first part), and its consequences."""
 from __future__ import annotations
 
+import pytest
+
 from diagnose.parse import parse_run, parse_text
 from diagnose.pipeline import analyze_run
 from tests.conftest import FIXTURES
@@ -141,3 +143,47 @@ def test_a_launcher_signal_in_a_single_capture_makes_no_culprit():
     # one capture (one node) interrupted by Ctrl-C: nothing to order across nodes
     d = analyze_run(parse_run([str(FIXTURES / "multinode_sigterm_4x" / "node1.log")]))
     assert d.culprit is None
+
+
+def test_the_real_flight_recorder_dumps_name_the_rank_behind():
+    """fixtures/hang_2rank_4x: rank 1 stopped at step 3; each rank's flight recorder (torch's own pickle)."""
+    d = analyze_run(parse_run([str(FIXTURES / "hang_2rank_4x")]))
+    cu = d.culprit
+    assert cu["rank"] == 1 and cu["confidence"] == "certain" and cu["file"].endswith("nccl_trace_rank_1")
+    assert "#42 gloo:broadcast" in cu["summary"] and "#41" in cu["kind"]
+    # the dumps alone say the same
+    alone = analyze_run(parse_run([str(FIXTURES / "hang_2rank_4x" / f"nccl_trace_rank_{r}") for r in (0, 1)]))
+    assert alone.culprit["rank"] == 1
+
+
+def _fr_json(tmp_path, rank: int, seq: int, op: str, sizes) -> str:
+    import json
+
+    p = tmp_path / f"nccl_trace_rank_{rank}"
+    p.write_text(json.dumps({"version": "2.10", "pg_config": {}, "pg_status": {"0": {"last_enqueued_collective": seq}},
+                             "entries": [{"collective_seq_id": seq, "pg_id": 0, "profiling_name": op,
+                                          "input_sizes": sizes, "state": "scheduled", "is_p2p": False}]}))
+    return str(p)
+
+
+def test_flight_recorder_dumps_at_the_same_collective_with_different_ops_are_a_desync(tmp_path):
+    paths = [_fr_json(tmp_path, 0, 77, "nccl:all_reduce", [[1024]]), _fr_json(tmp_path, 1, 77, "nccl:broadcast", [[8]])]
+    cu = analyze_run(parse_run(paths)).culprit
+    assert cu["rank"] is None and "desynchronised at collective #77" in cu["kind"]
+    assert "rank 0: nccl:all_reduce" in cu["summary"] and "rank 1: nccl:broadcast" in cu["summary"]
+
+
+def test_a_pickle_that_names_a_class_is_refused_not_run(tmp_path):
+    import pickle
+
+    from diagnose.errors import InputError
+    from diagnose.parse.flight_recorder import read_dump
+
+    class Boom:
+        def __reduce__(self):
+            return (print, ("ran",))
+
+    p = tmp_path / "nccl_trace_rank_0"
+    p.write_bytes(pickle.dumps({"entries": [Boom()], "pg_config": {}}))
+    with pytest.raises(InputError, match="holds no objects"):
+        read_dump(p)

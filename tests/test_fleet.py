@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from diagnose.fleet import ROW_KEYS, analyse_runs, find_runs
+from diagnose.fleet import ROW_KEYS, analyse_runs, find_runs, group_jobs
 from tests.conftest import FIXTURES, ROOT
 
 
@@ -78,3 +78,20 @@ def test_sort_filter_and_fail_on(tmp_path):
 def test_parallel_rows_equal_sequential_rows(tmp_path):
     paths = find_runs([str(_sweep(tmp_path))])
     assert list(analyse_runs(paths, jobs=2)) == list(analyse_runs(paths, jobs=1))
+
+
+def test_the_captures_of_one_multi_node_job_are_one_row(tmp_path):
+    import shutil
+
+    from tests.conftest import FIXTURES
+
+    # GIVEN a sweep folder with a real two-node job (one capture per node) and a single-process run beside it
+    for name in ("multinode_raise_4x", "nan_4x"):
+        shutil.copytree(FIXTURES / name, tmp_path / name)
+    paths = group_jobs(find_runs([str(tmp_path)]))
+    rows = {Path(r["path"]).parent.name if "+" in r["path"] else Path(r["path"]).name: r for r in analyse_runs(paths)}
+    # THEN the two nodes' captures make one row, analysed as one job (its culprit is rank 1 on node 1)
+    job = rows["multinode_raise_4x"]
+    assert job["path"].endswith("multinode_raise_4x/node0.log+node1.log") and job["culprit_rank"] == 1
+    assert job["world_size"] == 2 and job["category"] == "unknown"
+    assert len([r for r in rows.values() if "multinode" in r["path"]]) == 1

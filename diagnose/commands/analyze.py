@@ -2,6 +2,9 @@
 
 `--save RECORD.json` keeps the analysis as a versioned record (`diagnose.record`);
 `--load RECORD.json` renders one again, in any format, with no log at hand.
+Several captures of unrelated runs (different launch commands, versions or run folders:
+`diagnose.parse.relate`) are said to be unrelated and analysed apart, one report per run
+(JSON: `outputs.AnalyzeApartOut`); the captures of one job's nodes are read as one job.
 
 Exit codes: 0 ran (whatever the verdict); 1 with --fail-on SEVERITY when a finding
 reaches it; 2 bad input or usage; 3 missing environment (e.g. matplotlib for --plot).
@@ -80,6 +83,13 @@ def run(args: argparse.Namespace) -> int:
         if not args.inputs:
             raise UsageError("nothing to analyze", hint="give a log, an output dir, - for stdin, or --load RECORD.json")
         rules = select_rules(get_rules(args.param), args.select, args.ignore)
+        grouping = None
+        if len(args.inputs) > 1:
+            from diagnose.parse.relate import group_inputs
+
+            grouping = group_inputs(args.inputs)
+        if grouping is not None and len(grouping.groups) > 1:
+            return _apart(args, grouping, rules)
         r, stdin = read_inputs(args.inputs)
         diag = analyze_run(r, samples=_samples(args, r.output_dir),
                            options=AnalyzeOptions(gpu=args.gpu, cpu_cores=args.cpu_cores, params=args.param), rules=rules)
@@ -105,5 +115,52 @@ def run(args: argparse.Namespace) -> int:
 
         plot_timeline(r, diag, args.plot)
     if args.fail_on and any(_SEV[f.severity] >= _SEV[args.fail_on] for f in diag.findings):
+        return 1
+    return 0
+
+
+def _apart(args: argparse.Namespace, grouping, rules) -> int:
+    """Unrelated runs given together: one analysis per run, in the input order, each said apart."""
+    from diagnose.parse import parse_run
+    from diagnose.pipeline import AnalyzeOptions, analyze_run
+
+    n = len(grouping.groups)
+    if args.save or args.plot or args.load:
+        raise UsageError(f"these inputs are {n} unrelated runs ({grouping.reasons[0]}): --save and --plot keep one run",
+                         hint="give one run's captures at a time")
+    stdin = sys.stdin.buffer.read() if "-" in args.inputs else None
+    done = []
+    for i, paths in enumerate(grouping.groups):
+        r = parse_run(paths, stdin=stdin if "-" in paths else None)
+        one = argparse.Namespace(**{**vars(args), "inputs": paths})
+        diag = analyze_run(r, samples=_samples(one, r.output_dir),
+                           options=AnalyzeOptions(gpu=args.gpu, cpu_cores=args.cpu_cores, params=args.param), rules=rules)
+        done.append((paths, grouping.reasons[i - 1] if i else None, r, diag))
+    head = f"{len(args.inputs)} inputs, {n} unrelated runs ({'; '.join(grouping.reasons)}): each is analysed apart"
+    if args.format == "json":
+        from diagnose.outputs import AnalyzeApartOut
+        from diagnose.render.analysis_json import analyze_document
+
+        doc = AnalyzeApartOut(unrelated=[{"inputs": p, "apart_because": why, "analysis": analyze_document(d, r, args.features)}
+                                         for p, why, r, d in done])
+        json.dump(doc.model_dump(mode="json"), sys.stdout, ensure_ascii=False)
+        sys.stdout.write("\n")
+    elif args.format == "markdown":
+        from diagnose.render.analysis_markdown import diagnosis_markdown
+
+        sys.stdout.write(f"> {head}\n\n")
+        for i, (paths, why, r, d) in enumerate(done, 1):
+            sys.stdout.write(f"# Run {i} of {n}: {', '.join(paths)}" + (f" ({why})" if why else "") + "\n\n")
+            sys.stdout.write(diagnosis_markdown(d, r, quoted_lines(r, d, None), gpu=args.gpu))
+    else:
+        from rich.console import Console
+
+        from diagnose.render.analysis_console import print_diagnosis
+
+        Console(stderr=True).print(f"note: {head}", style="yellow", highlight=False)
+        for i, (paths, why, r, d) in enumerate(done, 1):
+            Console().rule(f"run {i} of {n}: {', '.join(paths)}", style="dim")
+            print_diagnosis(d, r, verbose=args.verbose)
+    if args.fail_on and any(_SEV[f.severity] >= _SEV[args.fail_on] for *_x, d in done for f in d.findings):
         return 1
     return 0

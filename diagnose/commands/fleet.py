@@ -67,13 +67,13 @@ def _keep(row: dict[str, Any], filters: list[tuple[str, bool, str]]) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     from diagnose.errors import InputError, UsageError
-    from diagnose.fleet import ROW_KEYS, analyse_runs, find_runs
+    from diagnose.fleet import ROW_KEYS, analyse_runs, find_runs, group_jobs
 
     sort_key = (args.sort or "").lstrip("-")
     if sort_key and sort_key not in ROW_KEYS:
         raise UsageError(f"unknown --sort column {sort_key!r}", hint="columns: " + ", ".join(ROW_KEYS))
     filters = _filters(args.where)
-    paths = find_runs(args.roots)
+    paths = group_jobs(find_runs(args.roots))
     if not paths:
         raise InputError("no runs found under " + ", ".join(args.roots),
                          hint="a run is a folder with logging.jsonl or args.json, or a *.log capture")

@@ -235,7 +235,8 @@ def _merge_precise(table: StepsTable, precise: StepsTable) -> StepsTable:
 
 def parse_run(inputs: list[str], stdin: bytes | None = None) -> Run:
     src = resolve_inputs(inputs, stdin)
-    run = Run(sources=[n for n, _ in src.stdout] + [str(p) for p in src.jsonl] + [str(p) for p in src.args])
+    run = Run(sources=[n for n, _ in src.stdout] + [str(p) for p in src.jsonl] + [str(p) for p in src.args]
+              + [str(p) for p in src.fr])
     clues: dict[str, Any] = {"files": sorted(src.file_names)}
     best: _StdoutResult | None = None
     events: list[Event] = []
@@ -260,6 +261,10 @@ def parse_run(inputs: list[str], stdin: bytes | None = None) -> Run:
                 if run.launch.flag_sources.get(k) != "argv":
                     run.launch.flags[k] = v
                     run.launch.flag_sources[k] = p.name
+    if src.fr:
+        from diagnose.parse.flight_recorder import read_dump
+
+        run.flight_recorder = sorted((read_dump(p) for p in src.fr), key=lambda d: (d["rank"] is None, d["rank"] or 0))
     jsonl_rows = [_apply_jsonl(p, run, clues) for p in src.jsonl]
     run.total_lines = total
     start_step = _start_step(run)

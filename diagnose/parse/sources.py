@@ -32,6 +32,7 @@ class Sources:
     stdout: list[tuple[str, bytes | Path]] = field(default_factory=list)  # (display name, path or data)
     jsonl: list[Path] = field(default_factory=list)
     args: list[Path] = field(default_factory=list)
+    fr: list[Path] = field(default_factory=list)  # flight recorder dumps (parse.flight_recorder)
     file_names: set[str] = field(default_factory=set)
 
 
@@ -104,6 +105,19 @@ def check_not_empty(size: int, name: str) -> None:
         raise InputError(f"{name}: empty file", hint="the capture has no content yet; is the job writing elsewhere?")
 
 
+_FR_NAME = re.compile(r"trace\w*?_?\d+$|fr\w*?_?\d+$")
+
+
+def _is_fr(p: Path) -> bool:
+    from diagnose.parse.flight_recorder import looks_like_dump
+
+    try:
+        with p.open("rb") as f:
+            return looks_like_dump(f.read(65536))
+    except OSError:
+        return False
+
+
 def _add_dir(d: Path, src: Sources) -> None:
     names = set()
     try:
@@ -114,6 +128,8 @@ def _add_dir(d: Path, src: Sources) -> None:
         names.add(p.name)
         if p.is_file() and p.suffix.lower() in _LOG_SUFFIXES:
             src.stdout.append((str(p), p))
+        elif p.is_file() and _FR_NAME.search(p.name) and _is_fr(p):
+            src.fr.append(p)
     base = d
     if not (d / "logging.jsonl").exists() and not (d / "args.json").exists():
         v = newest_version_dir(d, with_logs=True)
@@ -143,9 +159,9 @@ def resolve_inputs(inputs: list[str], stdin: bytes | None = None) -> Sources:
         if not p.exists():
             raise InputError(f"{raw}: no such file or directory")
         if p.is_dir():
-            before = len(src.stdout) + len(src.jsonl) + len(src.args)
+            before = len(src.stdout) + len(src.jsonl) + len(src.args) + len(src.fr)
             _add_dir(p, src)
-            if len(src.stdout) + len(src.jsonl) + len(src.args) == before:
+            if len(src.stdout) + len(src.jsonl) + len(src.args) + len(src.fr) == before:
                 raise InputError(
                     f"{raw}: no ms-swift logs in this directory",
                     hint="expected *.log captures, logging.jsonl or args.json (or a v<N>-<date>/ run folder)",
@@ -168,6 +184,12 @@ def resolve_inputs(inputs: list[str], stdin: bytes | None = None) -> Sources:
         except OSError as e:
             raise InputError(f"{raw}: cannot read ({e.strerror})") from None
         check_not_empty(len(head), raw)
+        from diagnose.parse.flight_recorder import looks_like_dump
+
+        if looks_like_dump(head):
+            src.fr.append(p)
+            src.file_names.add(p.name)
+            continue
         if utf16_codec(head):  # PowerShell's `>` writes UTF-16: read it once, as UTF-8, into memory
             try:
                 data = from_utf16(p.read_bytes())
