@@ -257,7 +257,7 @@ def find_culprit(run: Run, category: str | None = None) -> tuple[dict[str, Any] 
         rank = _ranks_of(e)[0]
         node = run.nodes.get(e.file or "")
         culprit = {"rank": rank, "node": node, "host": None, "kind": e.text[:160],
-                   "category": OWN[e.kind] if e.kind != "traceback" or not category else category,
+                   "category": OWN[e.kind] if e.kind != "traceback" or category in (None, "nccl") else category,
                    "file": e.file, "line": e.line, "time": None,
                    "summary": f"rank {rank}" + (f" (node {node})" if node is not None else "") + f" failed first: {e.text[:120]}"}
     if culprit is None:
@@ -287,7 +287,14 @@ def find_culprit(run: Run, category: str | None = None) -> tuple[dict[str, Any] 
             kind, _ = _exit_kind(f)
             cons.append({"rank": f["rank"], "node": run.nodes.get(f.get("file") or ""), "kind": f"also failed: {kind}",
                          "file": f.get("file"), "line": f.get("line")})
-    return culprit, cons
+    seen: set[tuple[Any, ...]] = set()
+    unique = []
+    for c in cons:  # the same line in the console copy (--tee) and in the rank's own file is one consequence
+        key = (c["rank"], c["node"], c["kind"].split(": ", 1)[-1])
+        if key not in seen:
+            seen.add(key)
+            unique.append(c)
+    return culprit, unique
 
 
 def rank_table(run: Run) -> list[dict[str, Any]]:

@@ -1,6 +1,8 @@
 """The rank that failed first in one capture of several ranks (issue #9's first part), and its consequences."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from diagnose.parse import parse_run, parse_text
@@ -187,3 +189,33 @@ def test_a_pickle_that_names_a_class_is_refused_not_run(tmp_path):
     p.write_bytes(pickle.dumps({"entries": [Boom()], "pg_config": {}}))
     with pytest.raises(InputError, match="holds no objects"):
         read_dump(p)
+
+
+def test_torchruns_per_rank_log_folders_give_each_file_its_rank():
+    """fixtures/torchrun_logdir_4x: torchrun --log-dir --redirects 3 --tee 3; rank 1 raised at step 12."""
+    logs = FIXTURES / "torchrun_logdir_4x" / "torchrun_logs"
+    run = parse_run([str(logs)])  # the log dir alone: <run id>/attempt_0/<local rank>/std{out,err}.log
+    assert sorted(Path(s).parent.name + "/" + Path(s).name for s in run.sources) == [
+        "0/stderr.log", "0/stdout.log", "1/stderr.log"]  # rank 1's stdout.log is empty
+    d = analyze_run(run)
+    cu = d.culprit
+    assert cu["rank"] == 1 and cu["file"].endswith("attempt_0/1/stderr.log") and "shard 7" in cu["kind"]
+    assert [c["rank"] for c in d.consequences] == [0] and d.primary.rule == "GEN001"
+    rows = {r["rank"]: r for r in d.ranks}
+    assert rows[0]["file"].endswith("0/stderr.log") and rows[0]["last_step"] == 12
+    # the console copy: torchrun's `[default1]:` tag is the rank
+    tee = analyze_run(parse_run([str(FIXTURES / "torchrun_logdir_4x" / "train.log")]))
+    assert tee.culprit["rank"] == 1 and {r["rank"] for r in tee.ranks} == {0, 1}
+
+
+@pytest.mark.parametrize("line,text,rank", [
+    ("[default3]:[rank3]: RuntimeError: boom", "RuntimeError: boom", 3),
+    ("[default1]:Train:  30%|███       | 12/40", "Train:  30%|███       | 12/40", 1),
+    ("[default0]:", "", 0),
+    ("[rank2]:[default2]:x", "x", 2),
+    ("default0: not a tag", "default0: not a tag", None),
+])
+def test_torchrun_tee_tags_are_the_local_rank(line, text, rank):
+    from diagnose.parse.prefix import strip_paste
+
+    assert strip_paste(line) == (text, rank)

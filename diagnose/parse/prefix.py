@@ -5,7 +5,8 @@ the wrappers users' tools and terminals put in front of a line: ANSI colours,
 Markdown quotes (`> `), bold markers (`**`), log-viewer line numbers (`[1743] `,
 or `1743] ` when the selection began mid-prefix), container/collector timestamps
 (`2024-01-14T17:41:37.636863045Z `, `2024-05-25 09:08:45,291 `, `18:11:06.680 `,
-`[2023-08-14 01:18:54,483] `) and torchrun's `[rankN]:` tag.  `rank` is the rank
+`[2023-08-14 01:18:54,483] `), torchrun's `[rankN]:` tag and its `--tee` copy's `[defaultN]:` (a
+local rank).  `rank` is the rank
 that tag named, else None.  Megatron's own ` > ` prefix goes too (harmless: the
 text after it is what the recognisers read).  `is_fence(line)` tells a Markdown
 code-fence line.  Pure string work, no state.
@@ -24,6 +25,7 @@ _WRAP = re.compile(
     r"|\[?\d{4}[-/]\d\d[-/]\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?Z?\]?\s+(?:\|\s*)?"  # date time (ISO, RFC3339, logging)
     r"|\d\d:\d\d:\d\d\.\d{3,9} (?=\S)"  # time-only collector stamp
     r"|\[(?:rank|RANK)\s*(\d+)\]:\s?"  # torchrun's rank tag
+    r"|\[default(\d+)\]:"  # torchrun --tee's copy of a local rank's line (role 'default')
     r")"
 )
 _FENCE = re.compile(r"^\s*(?:```|~~~)[\w+-]*\s*$")
@@ -38,6 +40,8 @@ def strip_paste(line: str) -> tuple[str, int | None]:
             break
         if m.group(1) is not None:
             rank = int(m.group(1))
+        elif m.group(2) is not None and rank is None:
+            rank = int(m.group(2))
         s = s[m.end():]
     return s, rank
 

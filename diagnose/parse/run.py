@@ -25,7 +25,7 @@ from diagnose.parse.events import EventScanner
 from diagnose.parse.fastdict import BlockScan
 from diagnose.parse.lines import DATASET, PARAMS, InfoScanner
 from diagnose.parse.prefix import is_fence, strip_paste
-from diagnose.parse.sources import check_not_binary, resolve_inputs
+from diagnose.parse.sources import check_not_binary, rank_of_file, resolve_inputs
 from diagnose.parse.steps import StepRows
 from diagnose.parse.torchrun import FailureTable
 from diagnose.parse.versions import detect_version
@@ -244,6 +244,11 @@ def parse_run(inputs: list[str], stdin: bytes | None = None) -> Run:
     total = 0
     for name, source in src.stdout:
         res = _scan_stdout(name, source, run)
+        local = rank_of_file(name)
+        if local is not None:  # torchrun's per-rank file: its lines are that rank's, tagged or not
+            for e in res.events.events:
+                if "rank" not in e.detail and not e.detail.get("ranks"):
+                    e.detail["rank"] = local
         results.append(res)
         total += res.lines
         events.extend(res.events.events)

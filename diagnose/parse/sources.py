@@ -118,6 +118,30 @@ def _is_fr(p: Path) -> bool:
         return False
 
 
+_RANK_FILE = re.compile(r"attempt_\d+[/\\](\d+)[/\\]std(?:out|err)\.log$")
+
+
+def rank_of_file(name: str) -> int | None:
+    """The local rank of one of torchrun's per-rank files (`--log-dir D --redirects 3`:
+    D/<run id>/attempt_<n>/<local rank>/stdout.log, stderr.log), else None."""
+    m = _RANK_FILE.search(name)
+    return int(m.group(1)) if m else None
+
+
+def _torchrun_rank_files(d: Path) -> list[Path]:
+    """torchrun's per-rank logs at most three levels below `d` (the log dir, a run id's or an attempt's
+    folder), the newest attempt of each run id only."""
+    found: list[Path] = []
+    for pattern in ("*/std*.log", "attempt_*/*/std*.log", "*/attempt_*/*/std*.log", "*/*/attempt_*/*/std*.log"):
+        found += [p for p in d.glob(pattern) if p.is_file() and rank_of_file(str(p)) is not None]
+    newest: dict[Path, int] = {}
+    for p in found:
+        att = p.parent.parent
+        n = int(att.name.split("_", 1)[1]) if att.name.startswith("attempt_") and att.name[8:].isdigit() else 0
+        newest[att.parent] = max(newest.get(att.parent, -1), n)
+    return sorted({p for p in found if p.parent.parent.name == f"attempt_{newest[p.parent.parent.parent]}"})
+
+
 def _add_dir(d: Path, src: Sources) -> None:
     names = set()
     try:
@@ -130,6 +154,9 @@ def _add_dir(d: Path, src: Sources) -> None:
             src.stdout.append((str(p), p))
         elif p.is_file() and _FR_NAME.search(p.name) and _is_fr(p):
             src.fr.append(p)
+    for p in _torchrun_rank_files(d):
+        if p.stat().st_size:
+            src.stdout.append((str(p), p))
     base = d
     if not (d / "logging.jsonl").exists() and not (d / "args.json").exists():
         v = newest_version_dir(d, with_logs=True)
