@@ -266,3 +266,18 @@ def test_the_throttled_gpu_is_named_as_the_straggler(tmp_path):
     assert [x["gpu"] for x in d.stragglers] == [2]
     nc = next(f for f in d.findings if f.rule == "NC009")
     assert "GPU 2 runs 1." in nc.evidence and nc.confidence == "probable"
+
+
+def test_a_gpu_at_full_clock_that_the_others_wait_for_is_named_with_its_narrow_link():
+    """fixtures/nvml/h100x4_pcie_straggler (synthetic, through the real sampler): GPU 1's link at x4 of x16."""
+    from diagnose.features.gpu import stragglers_of
+
+    summ = record("h100x4_pcie_straggler", n=30).summary()
+    per = {g["index"]: g for g in summ["per_gpu"]}
+    assert (per[1]["pcie_width"], per[1]["pcie_max_width"], per[0]["pcie_width"]) == (4, 16, 16)
+    (s,) = stragglers_of(summ)
+    # same SM clock on every GPU: named by its utilisation against the others' (they idle waiting for it)
+    assert s["gpu"] == 1 and 1.3 < s["slowdown"] < 1.45
+    assert "busy 9" in s["evidence"] and "PCIe link x4 of x16 (the others x16)" in s["evidence"]
+    # the throttled trace still names GPU 2 by clock, and a healthy 8-GPU job has no straggler
+    assert [x["gpu"] for x in stragglers_of(record("h100x4_straggler", n=30).summary())] == [2]

@@ -163,35 +163,69 @@ def _mfu(ctx: Ctx):
     return 100.0 * f * tps / (n * peak * 1e12)
 
 
+def _median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def _why_slow(g: dict, per: list[dict]) -> list[str]:
+    """What in the samples can make this GPU slower than its peers: throttling, heat, a narrow PCIe link, XIDs,
+    another process on it."""
+    why = []
+    if g.get("throttle_reasons"):
+        why.append("throttled: " + ", ".join(g["throttle_reasons"]))
+    if g.get("temperature_max_c") is not None:
+        why.append(f"up to {g['temperature_max_c']:.0f} °C")
+    w, wmax = g.get("pcie_width"), g.get("pcie_max_width")
+    others_w = [x.get("pcie_width") for x in per if x is not g and x.get("pcie_width")]
+    if w and ((wmax and w < wmax) or (others_w and w < _median(others_w))):
+        why.append(f"PCIe link x{w}" + (f" of x{wmax}" if wmax else "") + (f" (the others x{_median(others_w):.0f})" if others_w else ""))
+    if g.get("xid_codes"):
+        why.append("XID " + ", ".join(map(str, g["xid_codes"])))
+    others_p = [x.get("procs_max") for x in per if x is not g and x.get("procs_max") is not None]
+    if g.get("procs_max") is not None and others_p and g["procs_max"] > max(others_p):
+        why.append(f"{g['procs_max']} processes on it (the others {max(others_p)}): another job shares it")
+    return why
+
+
 def stragglers_of(samples: dict | None, min_slowdown: float = 1.1) -> list[dict]:
     """GPUs that run slower than the others of the job, from NVML samples (one home: features and analyze's report).
 
-    A GPU whose mean SM clock is below the median of the others by `min_slowdown` or more (thermal or power
-    throttling, a lower clock cap) holds every collective back in data-parallel training: the others wait for it.
-    Each entry: {gpu, node, slowdown (others' clock / its clock), evidence}.
+    In data-parallel training every collective waits for the slowest GPU, so the slow one is either clocked
+    lower than the others (thermal or power throttling, a lower clock cap: median SM clock of the others ÷
+    its own) or, at the same clock, busier than the others while they idle waiting for it (a narrow PCIe
+    link, XID errors, another process on it: its utilisation ÷ the others' median).  `slowdown` is the
+    larger ratio, a straggler when it reaches `min_slowdown`.  The evidence names the ratio and what the
+    samples show about the cause.  Each entry: {gpu, rank, node, slowdown, evidence}.
     """
-    per = [g for g in (samples or {}).get("per_gpu") or [] if g.get("sm_clock_mean_mhz")]
+    per = [g for g in (samples or {}).get("per_gpu") or [] if g.get("sm_clock_mean_mhz") or g.get("util_mean_pct")]
     if len(per) < 2:
         return []
     out = []
     for g in per:
-        others = sorted(x["sm_clock_mean_mhz"] for x in per if x is not g)
-        med = others[len(others) // 2] if len(others) % 2 else (others[len(others) // 2 - 1] + others[len(others) // 2]) / 2
-        ratio = med / g["sm_clock_mean_mhz"] if g["sm_clock_mean_mhz"] else None
-        if ratio and ratio >= min_slowdown:
-            why = [f"SM clock {g['sm_clock_mean_mhz']:.0f} MHz against {med:.0f} on the others"]
-            if g.get("throttle_reasons"):
-                why.append("throttled: " + ", ".join(g["throttle_reasons"]))
-            if g.get("temperature_max_c") is not None:
-                why.append(f"up to {g['temperature_max_c']:.0f} °C")
-            out.append({"gpu": g["index"], "rank": None, "node": None, "slowdown": round(ratio, 3),
-                        "evidence": "; ".join(why)})
+        others = [x for x in per if x is not g]
+        clocks = [x["sm_clock_mean_mhz"] for x in others if x.get("sm_clock_mean_mhz")]
+        utils = [x["util_mean_pct"] for x in others if x.get("util_mean_pct")]
+        by_clock = _median(clocks) / g["sm_clock_mean_mhz"] if clocks and g.get("sm_clock_mean_mhz") else None
+        by_util = g["util_mean_pct"] / _median(utils) if utils and g.get("util_mean_pct") else None
+        ratio = max(r for r in (by_clock, by_util, 1.0) if r is not None)
+        if ratio < min_slowdown:
+            continue
+        if by_clock is not None and by_clock >= (by_util or 0):
+            first = f"SM clock {g['sm_clock_mean_mhz']:.0f} MHz against {_median(clocks):.0f} on the others"
+        else:
+            first = (f"busy {g['util_mean_pct']:.0f}% of the time while the others are {_median(utils):.0f}% busy "
+                     "(they wait for it)")
+        out.append({"gpu": g["index"], "rank": None, "node": None, "slowdown": round(ratio, 3),
+                    "evidence": "; ".join([first] + _why_slow(g, per))})
     return sorted(out, key=lambda s: -s["slowdown"])
 
 
 @feature("straggler_slowdown", "ratio",
-         "How much slower the slowest GPU runs than the job's others (median SM clock of the others ÷ its own), "
-         "from NVML samples; None with fewer than two GPUs sampled.", FAMILY)
+         "How much slower the slowest GPU runs than the job's others, from NVML samples: the larger of the others' "
+         "median SM clock ÷ its own and its utilisation ÷ the others' median (they wait for it); None with fewer "
+         "than two GPUs sampled.", FAMILY)
 def _straggler(ctx: Ctx):
     per = [g for g in (ctx.samples or {}).get("per_gpu") or [] if g.get("sm_clock_mean_mhz")]
     if len(per) < 2:
@@ -206,7 +240,8 @@ def _straggler_gpu(ctx: Ctx):
     return s[0]["gpu"] if s else None
 
 
-@feature("straggler_evidence", "text", "Why the slowest GPU is slow: its clock, throttle reasons, temperature.", FAMILY)
+@feature("straggler_evidence", "text", "Why the slowest GPU is slow: its clock or utilisation against the others', "
+         "throttle reasons, temperature, a narrow PCIe link, XID errors, another process on it.", FAMILY)
 def _straggler_why(ctx: Ctx):
     s = stragglers_of(ctx.samples, min_slowdown=1.0)
     return s[0]["evidence"] if s else None

@@ -43,6 +43,8 @@ USED_CALLS: tuple[str, ...] = (
     "nvmlDeviceGetTotalEccErrors",
     "nvmlDeviceGetComputeRunningProcesses",
     "nvmlDeviceGetComputeRunningProcesses_v2",  # drivers without the v3 struct
+    "nvmlDeviceGetCurrPcieLinkWidth",
+    "nvmlDeviceGetMaxPcieLinkWidth",
     "nvmlEventSetCreate",
     "nvmlDeviceRegisterEvents",
     "nvmlEventSetWait_v2",

@@ -222,6 +222,12 @@ class FakeNVML:
     def nvmlDeviceGetPowerUsage(self, handle: Any) -> int:
         return int(self._answer("nvmlDeviceGetPowerUsage", self._h(handle)))
 
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: Any) -> int:
+        return int(self._answer("nvmlDeviceGetCurrPcieLinkWidth", self._h(handle)))
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: Any) -> int:
+        return int(self._answer("nvmlDeviceGetMaxPcieLinkWidth", self._h(handle)))
+
     def nvmlDeviceGetEnforcedPowerLimit(self, handle: Any) -> int:
         return int(self._answer("nvmlDeviceGetEnforcedPowerLimit", self._h(handle)))
 

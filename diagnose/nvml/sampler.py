@@ -86,7 +86,7 @@ def _s(v: Any) -> str:
 
 class _Gpu:
     __slots__ = ("index", "handle", "uuid", "name", "mig", "mem_total_mib", "power_limit_w", "off", "xid", "ecc",
-                 "procs")
+                 "procs", "pcie_width", "pcie_max_width")
 
     def __init__(self, index: int, handle: Any):
         self.index = index
@@ -100,6 +100,8 @@ class _Gpu:
         self.xid = False  # registered for XID events
         self.ecc: int | None = None  # last read (slow metric)
         self.procs: list[dict[str, Any]] | None = None  # last read (slow metric)
+        self.pcie_width: int | None = None  # PCIe link width now, and the most the link can train to
+        self.pcie_max_width: int | None = None
 
 
 class Sampler:
@@ -131,6 +133,8 @@ class Sampler:
             g = _Gpu(i, nv.nvmlDeviceGetHandleByIndex(i))
             g.name = self._q(g, "name", nv.nvmlDeviceGetName, g.handle, conv=_s)
             g.uuid = self._q(g, "uuid", nv.nvmlDeviceGetUUID, g.handle, conv=_s)
+            g.pcie_width = self._q(g, "pcie_width", getattr(nv, "nvmlDeviceGetCurrPcieLinkWidth", None), g.handle)
+            g.pcie_max_width = self._q(g, "pcie_max_width", getattr(nv, "nvmlDeviceGetMaxPcieLinkWidth", None), g.handle)
             mode = self._q(g, "mig", nv.nvmlDeviceGetMigMode, g.handle)
             g.mig = bool(mode[0]) if mode is not None else None
             self.gpus.append(g)
@@ -156,6 +160,7 @@ class Sampler:
                     "index": g.index, "uuid": g.uuid, "name": g.name, "mig": g.mig,
                     "mem_total_mib": g.mem_total_mib, "power_limit_w": g.power_limit_w,
                     "xid_readable": g.xid, "unsupported": sorted(g.off),
+                    "pcie_width": g.pcie_width, "pcie_max_width": g.pcie_max_width,
                 }
                 for g in self.gpus
             ],

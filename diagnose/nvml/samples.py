@@ -313,8 +313,14 @@ class SampleSet:
         umeans = [agg(np.mean, util[:, j], 1) for j in range(len(idx))]
         if any(u is not None for u in umeans):
             out["gpu_util_min_gpu_mean_pct"] = min(u for u in umeans if u is not None)
+        procs_n = self.matrix("_procs", list(idx))
         for j, i in enumerate(idx):
+            info = self.gpu_info(i)
+            pj = procs_n[:, j]
             out["per_gpu"].append({
+                "pcie_width": info.get("pcie_width"), "pcie_max_width": info.get("pcie_max_width"),
+                "xid_codes": sorted({int(x["xid"]) for x in self.xid if x.get("index") == i and _f(x.get("xid")) is not None}),
+                "procs_max": int(np.nanmax(pj)) if (~np.isnan(pj)).any() else None,
                 "index": i,
                 "name": self.gpu_info(i).get("name"),
                 "util_mean_pct": umeans[j],
