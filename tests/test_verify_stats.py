@@ -97,3 +97,22 @@ def test_loss_parity():
     assert off.ok is False and off.worst_step == 2
     assert loss_parity(base, {7: 1.0}).ok is None
     assert loss_parity({1: math.nan}, {1: 1.0}).ok is None
+
+
+def test_the_slot_is_a_block_in_the_comparison():
+    from diagnose.verify.stats import compare_blocked
+
+    # slot B runs 20% slower for both arms; within each slot the patched arm is 1.5x, with a little noise
+    base = [("A", 100.0), ("B", 80.0), ("A", 101.0), ("B", 79.0)]
+    patched = [("A", 150.0), ("B", 121.0), ("A", 149.0), ("B", 119.5)]
+    c = compare_blocked(base, patched)
+    assert c.verdict == "confirmed" and c.df == 5.0 and abs(c.gain - 0.5) < 0.01
+    assert c.ci[1] - c.ci[0] < 0.05  # the slot difference does not widen the interval
+    # one round in two slots leaves one degree of freedom: a very wide, honest interval
+    one = compare_blocked(base[:2], patched[:2])
+    assert one.df == 1.0 and one.ci[1] - one.ci[0] > 0.1
+    # a slot that ran only one arm cannot be told from the arm: the plain comparison
+    assert compare_blocked([("A", 100.0), ("A", 101.0)], [("B", 150.0), ("B", 151.0)]).reason.startswith("CI")
+    # a no-op with a slot effect is not a gain
+    noop = compare_blocked(base, [("A", 100.5), ("B", 80.2), ("A", 100.0), ("B", 79.5)])
+    assert noop.verdict == "not_confirmed"

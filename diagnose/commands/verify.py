@@ -39,14 +39,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--env", action="append", default=[], metavar="VAR=VALUE", help="an explicit env change")
     src.add_argument("--remove", action="append", default=[], metavar="FLAG", help="remove a flag")
     src.add_argument("--ablate", action="store_true", help="also try each change alone, to see which ones pay")
+    sw = parser.add_argument_group("sweep: several candidates against the baseline, ranked by gain")
+    sw.add_argument("--try", dest="try_", action="append", default=[], metavar="FLAG=V1,V2,...",
+                    help="one candidate per value (repeatable); --set/--env changes join every candidate")
+    sw.add_argument("--candidate", action="append", default=[], metavar="'FLAG=V FLAG=V'",
+                    help="a group of flag changes tried together as one candidate (repeatable)")
+    where = parser.add_argument_group("where trials run")
+    where.add_argument("--slots", type=int, metavar="N", help="run N trials at once on disjoint device sets (the "
+                       "visible GPUs split N ways; with no GPU, the CPU cores)")
+    where.add_argument("--gpus-per-trial", type=int, metavar="K", help="GPUs per slot (default: visible GPUs / --slots)")
+    where.add_argument("--ray", metavar="ADDRESS", help="run every trial as a Ray task: a cluster's address, `auto`, "
+                       "or `local` (starts a Ray on this machine); needs the `ray` extra")
     tr = parser.add_argument_group("trials")
     tr.add_argument("--max-steps", type=int, metavar="N",
                     help="optimizer steps per trial (default: ~150 s of steps from --log's step time, else 50)")
     tr.add_argument("--warmup", type=int, metavar="K", help="steps dropped at the start of each trial "
                                                            "(default: 10%% of the steps, at least 3)")
-    tr.add_argument("--repeats", type=int, default=2, metavar="N", help="trials per arm before the first verdict (default 2)")
+    tr.add_argument("--repeats", type=int, default=2, metavar="N", help="rounds before the first verdict (default 2); a "
+                    "round runs every arm once in every slot (one trial per arm without --slots; 1 is allowed with "
+                    "--slots 2 or more)")
     tr.add_argument("--max-repeats", type=int, default=3, metavar="N",
-                    help="trials per arm at most; more are run only while the CI straddles the threshold (default 3)")
+                    help="rounds at most; more are run only while the CI straddles the threshold (default 3)")
     tr.add_argument("--min-effect", type=float, default=0.03, metavar="FRAC", help="smallest gain worth confirming (default 0.03)")
     tr.add_argument("--confidence", type=float, default=0.95, help="confidence of the interval (default 0.95)")
     tr.add_argument("--subset", default="auto", metavar="ROWS",
@@ -126,6 +139,32 @@ def _plan_requests(path: str) -> list[Any]:
     return reqs
 
 
+def _candidates(tries: list[str], groups: list[str]) -> list[tuple[str, list[Any]]]:
+    """(label, requests) per candidate: every value of every --try, and every --candidate group."""
+    from diagnose.patch.plan import parse_assignments
+
+    out: list[tuple[str, list[Any]]] = []
+    for raw in tries:
+        name, eq, values = raw.partition("=")
+        vals = [v.strip() for v in values.split(",") if v.strip()]
+        if not eq or not name.strip() or not vals:
+            raise UsageError(f"--try {raw!r}: expected FLAG=V1,V2,...", hint="e.g. --try dataloader_num_workers=0,2,4")
+        for v in vals:
+            out.append((f"--{name.strip().lstrip('-')} {v}", parse_assignments([f"{name.strip()}={v}"], "set")))
+    for raw in groups:
+        items = raw.split()
+        if not items:
+            raise UsageError("--candidate needs FLAG=VALUE items", hint="e.g. --candidate 'gradient_checkpointing=false "
+                             "per_device_train_batch_size=4'")
+        reqs = parse_assignments(items, "set")
+        out.append((" ".join(f"--{r.op.flag} {r.op.value}" for r in reqs), reqs))
+    labels = [label for label, _ in out]
+    dup = sorted({x for x in labels if labels.count(x) > 1})
+    if dup:
+        raise UsageError(f"candidate {dup[0]!r} is given twice")
+    return out
+
+
 def _default_steps(diag: Any) -> tuple[int, str]:
     st = diag.features.get("step_time_median_s") if diag is not None else None
     if isinstance(st, (int, float)) and st > 0:
@@ -143,8 +182,10 @@ def run(args: argparse.Namespace) -> int:
     from diagnose.verify.render import ConsoleProgress, print_report, report_json, report_markdown
     from diagnose.verify.sampling import probe_nvml
 
-    if args.repeats < 2 or args.max_repeats < args.repeats:
-        raise UsageError("--repeats must be >= 2 and --max-repeats >= --repeats")
+    min_rounds = 1 if (args.slots or 1) >= 2 or args.gpus_per_trial else 2  # a round runs every arm in every slot
+    if args.repeats < min_rounds or args.max_repeats < args.repeats:
+        raise UsageError(f"--repeats must be >= {min_rounds} and --max-repeats >= --repeats",
+                         hint="with --slots N a round already gives every arm N trials" if min_rounds == 2 else None)
     if args.max_steps is not None and args.max_steps < 5:
         raise UsageError("--max-steps must be at least 5")
     if not 0.5 <= args.confidence < 1:
@@ -152,8 +193,16 @@ def run(args: argparse.Namespace) -> int:
     subset = _subset(args.subset)
     explicit = parse_assignments(args.set, "set") + parse_assignments(args.env, "env") + \
         parse_assignments(args.remove, "remove")
-    if not (explicit or args.log or args.plan):
-        raise UsageError("no patch to verify", hint="give --log train.log, --plan plan.json, or --set FLAG=VALUE")
+    candidates = _candidates(args.try_, args.candidate)
+    if not (explicit or args.log or args.plan or candidates):
+        raise UsageError("no patch to verify", hint="give --log train.log, --plan plan.json, --set FLAG=VALUE or "
+                         "--try FLAG=V1,V2")
+    if candidates and args.ablate:
+        raise UsageError("--ablate and a sweep (--try / --candidate) both split the changes; give one")
+    if args.slots is not None and args.slots < 1:
+        raise UsageError("--slots must be >= 1")
+    if args.gpus_per_trial is not None and args.gpus_per_trial < 1:
+        raise UsageError("--gpus-per-trial must be >= 1")
     if args.plan and args.log:
         raise UsageError("--plan and --log both name the patch; give one")
     swift = J.find_swift(args.swift)
@@ -189,7 +238,14 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"the diagnosis of {args.log} proposes no change ({diag.primary.category}); "
                              "nothing to verify", hint="give explicit changes with --set / --env")
         units += J.units_from_requests(job, reqs, explicit=False)
-    variants = J.build_variants(job, units, ablate=args.ablate)
+    if candidates:
+        cand_units = [(label, J.units_from_requests(job, reqs, explicit=True)) for label, reqs in candidates]
+        variants = J.sweep_variants(job, units, cand_units)
+        same = [v.label for v in variants[1:] if not v.changes]
+        if same:
+            raise UsageError(f"candidate(s) {', '.join(same)} change nothing in this job (already in place)")
+    else:
+        variants = J.build_variants(job, units, ablate=args.ablate)
     if not variants[-1].changes:
         raise UsageError("the patch changes nothing in this job (every change is already in place)",
                          hint="; ".join(variants[-1].notes) or None)
@@ -199,7 +255,7 @@ def run(args: argparse.Namespace) -> int:
     opts = VerifyOptions(max_steps=max_steps, warmup=args.warmup, repeats=args.repeats, max_repeats=args.max_repeats,
                          confidence=args.confidence, min_effect=args.min_effect, subset=subset,  # type: ignore[arg-type]
                          trial_timeout_s=args.trial_timeout, workdir=args.keep, keep=bool(args.keep), seed=args.seed,
-                         patched_first=args.patched_first, max_reruns=max(0, args.max_reruns))
+                         patched_first=args.patched_first, max_reruns=max(0, args.max_reruns), sweep=bool(candidates))
     if opts.warmup_steps >= max_steps - 2:
         raise UsageError(f"--warmup {opts.warmup_steps} leaves fewer than 2 measured steps of {max_steps}")
     if args.no_sampler:
@@ -207,6 +263,15 @@ def run(args: argparse.Namespace) -> int:
     else:
         opts.sample_gpus, opts.sampler_note = probe_nvml()
     job.notes.append(f"trial length: {why}")
+    # every check of the machine (slots, Ray) before the first trial: one line, exit 3
+    from diagnose.verify.executor import LocalExecutor, plan_slots
+
+    slots = plan_slots(args.slots, args.gpus_per_trial, job.env)
+    executor: Any = LocalExecutor()
+    if args.ray:
+        from diagnose.verify.ray_executor import RayExecutor
+
+        executor = RayExecutor.connect(args.ray, slots, job)
     err = Console(stderr=True, highlight=False)
     progress = ConsoleProgress(err, enabled=not args.no_progress)
     old = signal.getsignal(signal.SIGTERM)
@@ -219,7 +284,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError:  # not the main thread
         old = None
     try:
-        report = run_verify(job, variants, opts, progress=progress)
+        report = run_verify(job, variants, opts, progress=progress, executor=executor, slots=slots)
     finally:
         progress.close()
         if old is not None:

@@ -11,7 +11,9 @@ job on idle cores does not slow the trial, and a trial with more threads than
 cores waits on itself on any machine.
 
 Contract (Linux; elsewhere `available` is False and nothing is excluded):
-- `CpuMonitor(ncpu=None)`: `watch(pid)` adds a process of the trial (the tree
+- `CpuMonitor(ncpu=None, cpus=None)`: with `cpus` (a trial pinned to a verify slot's cores) the busy
+  time is read from those cores' lines of /proc/stat only, so a trial in another slot is not "other
+  processes".  `watch(pid)` adds a process of the trial (the tree
   is refreshed by the runner with `watch_tree(root)`); `sample()` records
   (monotonic time, CPU-seconds busy on the whole machine from /proc/stat,
   CPU-seconds used by the trial tree so far, seconds its threads waited in
@@ -66,27 +68,44 @@ def _schedstat(pid: int) -> tuple[float, float] | None:
     return run / 1e9, wait / 1e9
 
 
-def _busy_seconds() -> float | None:
-    try:
-        with open("/proc/stat", "rb") as fh:
-            parts = fh.readline().split()
-    except OSError:
-        return None
-    if not parts or parts[0] != b"cpu":
-        return None
+def _busy(parts: list[bytes]) -> int:
     v = [int(x) for x in parts[1:]]
     # user nice system idle iowait irq softirq steal (guest is already inside user)
-    busy = v[0] + v[1] + v[2] + (v[5] if len(v) > 5 else 0) + (v[6] if len(v) > 6 else 0) + (v[7] if len(v) > 7 else 0)
-    return busy / os.sysconf("SC_CLK_TCK")
+    return v[0] + v[1] + v[2] + (v[5] if len(v) > 5 else 0) + (v[6] if len(v) > 6 else 0) + (v[7] if len(v) > 7 else 0)
+
+
+def _busy_seconds(cpus: frozenset[int] | None = None) -> float | None:
+    """CPU-seconds busy on the whole machine, or on the cores `cpus` only (a verify slot's cores)."""
+    try:
+        with open("/proc/stat", "rb") as fh:
+            if cpus is None:
+                parts = fh.readline().split()
+                if not parts or parts[0] != b"cpu":
+                    return None
+                return _busy(parts) / os.sysconf("SC_CLK_TCK")
+            total, seen = 0, 0
+            for line in fh:
+                if not line.startswith(b"cpu"):
+                    break
+                parts = line.split()
+                name = parts[0][3:]
+                if name.isdigit() and int(name) in cpus:
+                    total += _busy(parts)
+                    seen += 1
+            return total / os.sysconf("SC_CLK_TCK") if seen else None
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 class CpuMonitor:
-    def __init__(self, ncpu: int | None = None):
-        self.ncpu = ncpu or os.cpu_count() or 1
+    def __init__(self, ncpu: int | None = None, cpus: list[int] | None = None):
+        # `cpus`: the trial is pinned to these cores (a verify slot): only load on them can disturb it
+        self.cpus = frozenset(cpus) if cpus else None
+        self.ncpu = len(self.cpus) if self.cpus else (ncpu or os.cpu_count() or 1)
         try:
             import psutil  # noqa: F401
 
-            self.available = _busy_seconds() is not None
+            self.available = _busy_seconds(self.cpus) is not None
         except ImportError:
             self.available = False
         self._procs: dict[int, Any] = {}
@@ -125,7 +144,7 @@ class CpuMonitor:
             return
         with self._lock:
             now = time.monotonic()
-            busy = _busy_seconds()
+            busy = _busy_seconds(self.cpus)
             if busy is None:
                 return
             for pid, p in list(self._procs.items()):

@@ -37,13 +37,14 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from diagnose.verify.job import Job, TrialSettings, Variant, global_batch_of, trial_argv
-from diagnose.verify.models import AblationRow, ArmSummary, LossParity, TrialResult, VerifyReport
-from diagnose.verify.stats import Comparison, compare, default_warmup, loss_parity, straddles
-from diagnose.verify.trial import SwiftTrialRunner, TrialRunner, TrialSpec
+from diagnose.verify.models import AblationRow, ArmSummary, CandidateRow, LossParity, SlotRow, TrialResult, VerifyReport
+from diagnose.verify.stats import Comparison, compare, default_warmup, loss_parity
+from diagnose.verify.trial import TrialRunner, TrialSpec
 
 
 @dataclass
@@ -64,6 +65,7 @@ class VerifyOptions:
     abs_tol: float = 5e-3
     seed: int | None = None
     patched_first: bool = False
+    sweep: bool = False  # variants[1:] are candidates (--try / --candidate), ranked against the baseline
     max_reruns: int = 2  # disturbed trials (other processes saturated the CPUs) re-run, in all
 
     @property
@@ -140,14 +142,23 @@ def _used(ts: list[TrialResult]) -> list[TrialResult]:
     return [t for t in ts if t.status == "ok" and not t.replaced]
 
 
-def judge(base: list[TrialResult], arm: list[TrialResult], opts: VerifyOptions) -> Comparison:
-    """compare() over the trials used; a decisive verdict must also hold without the disturbed trials."""
+def judge(base: list[TrialResult], arm: list[TrialResult], opts: VerifyOptions, blocked: bool = False) -> Comparison:
+    """compare() over the trials used; a decisive verdict must also hold without the disturbed trials.
+    `blocked`: the trials ran in several slots: the slot is a block (`stats.compare_blocked`)."""
+    from diagnose.verify.stats import compare_blocked
+
+    def cmp_of(b: list[TrialResult], a: list[TrialResult]) -> Comparison:
+        if blocked:
+            return compare_blocked([(t.slot, t.samples_per_s) for t in b], [(t.slot, t.samples_per_s) for t in a],
+                                   opts.confidence, opts.min_effect)
+        return compare([t.samples_per_s for t in b], [t.samples_per_s for t in a], opts.confidence, opts.min_effect)
+
     b, a = _used(base), _used(arm)
-    cmp = compare([t.samples_per_s for t in b], [t.samples_per_s for t in a], opts.confidence, opts.min_effect)
+    cmp = cmp_of(b, a)
     if cmp.verdict not in ("confirmed", "worse") or not any(t.disturbed for t in b + a):
         return cmp
     cb, ca = [t for t in b if not t.disturbed], [t for t in a if not t.disturbed]
-    clean = compare([t.samples_per_s for t in cb], [t.samples_per_s for t in ca], opts.confidence, opts.min_effect)
+    clean = cmp_of(cb, ca)
     if clean.verdict == cmp.verdict:
         return cmp
     cmp.verdict = "not_confirmed"
@@ -157,10 +168,14 @@ def judge(base: list[TrialResult], arm: list[TrialResult], opts: VerifyOptions) 
 
 
 def run_verify(job: Job, variants: list[Variant], options: VerifyOptions, runner: TrialRunner | None = None,
-               progress: VerifyProgress | None = None) -> VerifyReport:
+               progress: VerifyProgress | None = None, executor: Any = None, slots: list[Any] | None = None) -> VerifyReport:
     if len(variants) < 2:
         raise ValueError("run_verify needs a baseline and at least one patched variant")
-    runner = runner or SwiftTrialRunner()
+    from diagnose.verify.executor import LocalExecutor, Slot
+    from diagnose.verify.schedule import clearly_worse, open_arms, round_waves
+
+    slots = slots or [Slot("all")]
+    executor = executor or LocalExecutor(runner)
     prog = progress or NullProgress()
     opts = options
     warmup = opts.warmup_steps
@@ -171,82 +186,116 @@ def run_verify(job: Job, variants: list[Variant], options: VerifyOptions, runner
     workdir = Path(opts.workdir or tempfile.mkdtemp(prefix="swiftdoc-verify-"))
     workdir.mkdir(parents=True, exist_ok=True)
     labels = [v.label for v in variants]
+    by_label = {v.label: v for v in variants}
     base_v, patched_v = variants[0], variants[-1]
     trials: dict[str, list[TrialResult]] = {v.label: [] for v in variants}
     all_trials: list[TrialResult] = []
     failed: dict[str, TrialResult] = {}
+    dropped: dict[str, str] = {}  # a sweep's candidates stopped early: label -> why
     t_start = time.monotonic()
     comparisons: dict[str, Comparison] = {}
     stop_reason = ""
     reruns = [0]
+    counter = [0]
     prog.plan(labels, opts.repeats, opts.max_repeats, opts.max_steps)
 
     def order_for(rnd: int) -> list[Variant]:
-        live = [v for v in variants if v.label not in failed]
+        live = [v for v in variants if v.label not in failed and v.label not in dropped]
         if rnd == 1 and (opts.patched_first or any(v.prevalidation for v in live[1:])):
             return [v for v in live[1:] if v.prevalidation] + [live[0]] + [v for v in live[1:] if not v.prevalidation]
         return live
 
-    def run_one(v: Variant, rnd: int, planned: int) -> TrialResult:
-        idx = len(all_trials) + 1
-        tdir = workdir / f"t{idx:02d}-{'base' if v is base_v else 'patch' if v is patched_v else 'abl'}"
+    def spec_for(v: Variant, rnd: int, slot: Any) -> TrialSpec:
+        counter[0] += 1
+        idx = counter[0]
+        tdir = workdir / f"t{idx:02d}-{'base' if v is base_v else 'patch' if v is patched_v else 'arm'}"
         argv, env = trial_argv(v, job, settings, str(tdir / "out"))
+        env = {**env, **slot.env}
         spec = TrialSpec(index=idx, arm=v.label, repeat=rnd, argv=argv, env=env, cwd=job.cwd,
                          output_dir=str(tdir / "out"), log_path=str(tdir / "trial.log"), max_steps=opts.max_steps,
                          warmup=warmup, timeout_s=opts.trial_timeout_s, sample_gpus=opts.sample_gpus,
-                         prevalidation=list(v.prevalidation))
+                         prevalidation=list(v.prevalidation), slot=slot.name, cpus=slot.cpus)
         if opts.sample_gpus:
             from diagnose.verify.sampling import visible_indices
 
             spec.gpu_indices = visible_indices(env)
-        prog.start(spec, planned)
-        res = runner.run(spec, prog.step)
-        if not opts.keep:
-            shutil.rmtree(tdir / "out", ignore_errors=True)
-        all_trials.append(res)
-        trials[v.label].append(res)
-        prog.end(res)
-        if res.status == "ok" and res.disturbed and reruns[0] < opts.max_reruns:
-            reruns[0] += 1
-            res.replaced = True
-            prog.note(f"trial {res.index} was disturbed by other processes (mean {res.external_cpu_cores} CPU cores): "
-                      "running it again")
-            return run_one(v, rnd, planned + 1)
-        return res
+        return spec
+
+    def run_wave(jobs: list[tuple[Variant, int, Any]], planned: int) -> list[TrialResult]:
+        specs = [spec_for(v, rnd, slot) for v, rnd, slot in jobs]
+        handles, starts = [], []
+        for spec in specs:
+            prog.start(spec, planned)
+            starts.append(time.monotonic() - t_start)
+            handles.append(executor.submit(spec, prog.step))
+        results = executor.wait(handles)
+        again: list[tuple[Variant, int, Any]] = []
+        for (v, rnd, slot), spec, res, t0 in zip(jobs, specs, results, starts):
+            res.slot, res.executor = spec.slot, executor.name
+            res.start_s = round(t0, 3)
+            res.end_s = round(t0 + (res.wall_s or 0.0), 3)
+            if not opts.keep:
+                shutil.rmtree(Path(spec.output_dir), ignore_errors=True)
+            all_trials.append(res)
+            trials[v.label].append(res)
+            prog.end(res)
+            if res.status == "ok" and res.disturbed and reruns[0] < opts.max_reruns:
+                reruns[0] += 1
+                res.replaced = True
+                prog.note(f"trial {res.index} was disturbed by other processes (mean {res.external_cpu_cores} CPU "
+                          "cores): running it again")
+                again.append((v, rnd, slot))
+        done = [r for r in results if not r.replaced]
+        if again:
+            done += run_wave(again, planned + len(again))
+        return done
 
     try:
         rnd = 0
         while True:
             rnd += 1
             order = order_for(rnd)
-            planned = len(all_trials) + len(order)
-            for v in order:
-                res = run_one(v, rnd, planned)
-                if res.status != "ok":
-                    failed[v.label] = res
-                    if v is base_v:
-                        stop_reason = "the unpatched job fails: nothing to compare against"
-                        break
-                    if v is patched_v and len(variants) == 2:
-                        stop_reason = "the patched job fails"
-                        break
+            waves = round_waves([v.label for v in order], len(slots), rnd if len(slots) > 1 else 1)
+            planned = len(all_trials) + sum(len(w) for w in waves)
+            for wave in waves:
+                for res in run_wave([(by_label[arm], rnd, slots[s]) for s, arm in wave], planned):
+                    if res.status != "ok" and res.arm not in failed:
+                        failed[res.arm] = res
+                        if res.arm == base_v.label:
+                            stop_reason = "the unpatched job fails: nothing to compare against"
+                        elif res.arm == patched_v.label and len(variants) == 2:
+                            stop_reason = "the patched job fails"
+                if stop_reason:
+                    break
             if stop_reason or base_v.label in failed or (patched_v.label in failed and len(variants) == 2):
                 break
             comparisons = {}
             for v in variants[1:]:
                 if v.label in failed:
                     continue
-                comparisons[v.label] = judge(trials[base_v.label], trials[v.label], opts)
+                comparisons[v.label] = judge(trials[base_v.label], trials[v.label], opts, blocked=len(slots) > 1)
+            if opts.sweep:
+                for k, c in comparisons.items():
+                    if k not in dropped and clearly_worse(c) and len([v for v in variants[1:] if v.label not in
+                                                                      dropped and v.label not in failed]) > 1:
+                        dropped[k] = f"clearly worse after round {rnd} ({c.reason}): no further trials"
+                        prog.note(f"{k}: {dropped[k]}")
             if rnd < opts.repeats:
                 continue
-            open_arms = [k for k, c in comparisons.items() if straddles(c, opts.min_effect)]
-            if not open_arms or rnd >= opts.max_repeats or not comparisons:
+            open_ = [k for k in open_arms(comparisons, opts.min_effect) if k not in dropped]
+            if not open_ or rnd >= opts.max_repeats or not comparisons:
                 break
-            prog.note(f"CI still straddles the threshold for {', '.join(open_arms)}: one more round")
+            prog.note(f"CI still straddles the threshold for {', '.join(open_)}: one more round")
     finally:
-        if made_dir and not opts.keep:
-            shutil.rmtree(workdir, ignore_errors=True)
+        try:
+            executor.close()
+        finally:
+            if made_dir and not opts.keep:
+                shutil.rmtree(workdir, ignore_errors=True)
 
+    if opts.sweep:
+        return _sweep_report(job, variants, opts, trials, all_trials, failed, dropped, comparisons, slots, warmup,
+                             workdir, t_start, stop_reason)
     # -------------------------------------------------------------- the report
     base_sum = summarize_arm(base_v, trials[base_v.label], job)
     patched_sum = summarize_arm(patched_v, trials[patched_v.label], job)
@@ -301,11 +350,12 @@ def run_verify(job: Job, variants: list[Variant], options: VerifyOptions, runner
     pre = [p for v in variants[1:] for p in v.prevalidation]
     if pre:
         notes.append("rejected before the run by the flag table: " + "; ".join(pre))
+    notes += _slot_notes(_slot_rows(all_trials, slots))
     return VerifyReport(
         verdict=verdict, reason=reason, gain=cmp.gain if cmp else None, ci=list(cmp.ci) if cmp and cmp.ci else None,
         confidence=opts.confidence, min_effect=opts.min_effect, df=cmp.df if cmp else None,
         baseline=base_sum, patched=patched_sum, trials=all_trials, changes=list(patched_v.changes),
-        loss_parity=parity, ablation=ablation, failure=failure,
+        loss_parity=parity, ablation=ablation, failure=failure, slots=_slot_rows(all_trials, slots),
         job={"source": job.source, "command": job.command_line(), "swift": job.swift, "version": job.version,
              "version_source": job.version_source, "cwd": job.cwd},
         settings={"max_steps": opts.max_steps, "warmup_steps": warmup, "repeats": opts.repeats,
@@ -314,7 +364,77 @@ def run_verify(job: Job, variants: list[Variant], options: VerifyOptions, runner
                   "order": " ".join(v.label for v in variants) + " per round",
                   "trial_flags": "--max_steps N --logging_steps 1 --save_strategy no --eval_strategy no "
                                  "--report_to none --output_dir <temp> --check_model false",
-                  "workdir": str(workdir) if opts.keep else None},
+                  "workdir": str(workdir) if opts.keep else None, "slots": [sl.name for sl in slots]},
+        sampler=opts.sampler_note, notes=notes, elapsed_s=round(time.monotonic() - t_start, 1))
+
+
+def _slot_rows(all_trials: list[TrialResult], slots: list[Any]) -> list[SlotRow]:
+    if len(slots) < 2:
+        return []
+    from diagnose.verify.schedule import slot_rows
+
+    return [SlotRow(**r) for r in slot_rows(all_trials)]
+
+
+def _slot_notes(rows: list[SlotRow]) -> list[str]:
+    return [f"slot {r.slot} runs consistently slower than the others ({r.relative:.2f}× their speed, the arms' mix "
+            "taken out): its trials are corrected for it, but check that device set" for r in rows if r.slow]
+
+
+def _sweep_report(job: Job, variants: list[Variant], opts: VerifyOptions, trials: dict[str, list[TrialResult]],
+                  all_trials: list[TrialResult], failed: dict[str, TrialResult], dropped: dict[str, str],
+                  comparisons: dict[str, Comparison], slots: list[Any], warmup: int, workdir: Path, t_start: float,
+                  stop_reason: str) -> VerifyReport:
+    """A sweep's report: every candidate against the baseline, best first; the best confirmed one is `patched`."""
+    base_v = variants[0]
+    rows: list[CandidateRow] = []
+    for v in variants[1:]:
+        ts = [t for t in trials[v.label] if t.status == "ok" and not t.replaced]
+        if v.label in failed:
+            rows.append(CandidateRow(label=v.label, changes=[c.label() for c in v.changes], verdict="failed",
+                                     trials=len(trials[v.label]), stopped_early=True,
+                                     reason=f"a trial ended with '{failed[v.label].status}'"))
+            continue
+        c = comparisons.get(v.label)
+        rows.append(CandidateRow(label=v.label, changes=[ch.label() for ch in v.changes],
+                                 verdict=c.verdict if c else "not_confirmed", gain=c.gain if c else None,
+                                 ci=list(c.ci) if c and c.ci else None, samples_per_s=_mean([t.samples_per_s for t in ts]),
+                                 trials=len(trials[v.label]), stopped_early=v.label in dropped,
+                                 reason=(dropped.get(v.label) or (c.reason if c else "no comparison"))))
+    rank = {"confirmed": 0, "not_confirmed": 1, "worse": 2, "failed": 3}
+    rows.sort(key=lambda r: (rank[r.verdict], -(r.gain if r.gain is not None else -1e9)))
+    base_sum = summarize_arm(base_v, trials[base_v.label], job)
+    notes: list[str] = list(job.notes)
+    slot_rows_ = _slot_rows(all_trials, slots)
+    notes += _slot_notes(slot_rows_)
+    best = rows[0] if rows else None
+    best_v = next((v for v in variants if best and v.label == best.label), variants[-1])
+    failure = None
+    if base_v.label in failed:
+        failure = failed[base_v.label].failure
+        verdict, reason = "failed", stop_reason or "the unpatched job fails: nothing to compare against"
+    elif best is None or best.verdict == "failed":
+        verdict, reason = "failed", "every candidate failed"
+        failure = failed[best_v.label].failure if best_v.label in failed else None
+    else:
+        verdict = best.verdict
+        reason = (f"best of {len(rows)} candidates: {best.label} ({best.reason})" if best.verdict == "confirmed" else
+                  f"no candidate confirmed; the best, {best.label}: {best.reason}")
+    cmp = comparisons.get(best_v.label)
+    return VerifyReport(
+        verdict=verdict, reason=reason, gain=best.gain if best else None, ci=best.ci if best else None,
+        confidence=opts.confidence, min_effect=opts.min_effect, df=cmp.df if cmp else None,
+        baseline=base_sum, patched=summarize_arm(best_v, trials[best_v.label], job), trials=all_trials,
+        changes=list(best_v.changes), candidates=rows, failure=failure, slots=slot_rows_,
+        job={"source": job.source, "command": job.command_line(), "swift": job.swift, "version": job.version,
+             "version_source": job.version_source, "cwd": job.cwd},
+        settings={"max_steps": opts.max_steps, "warmup_steps": warmup, "repeats": opts.repeats,
+                  "max_repeats": opts.max_repeats, "rounds": max((t.repeat for t in all_trials), default=0),
+                  "subset_rows": opts.subset, "trial_timeout_s": opts.trial_timeout_s,
+                  "order": "every arm once in every slot per round (a Latin square), arms swapping slots",
+                  "trial_flags": "--max_steps N --logging_steps 1 --save_strategy no --eval_strategy no "
+                                 "--report_to none --output_dir <temp> --check_model false",
+                  "workdir": str(workdir) if opts.keep else None, "slots": [sl.name for sl in slots]},
         sampler=opts.sampler_note, notes=notes, elapsed_s=round(time.monotonic() - t_start, 1))
 
 

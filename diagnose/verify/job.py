@@ -348,6 +348,14 @@ def build_variants(job: Job, units: list[Unit], ablate: bool = False, explicit: 
     return out
 
 
+def sweep_variants(job: Job, common: list[Unit], candidates: list[tuple[str, list[Unit]]]) -> list[Variant]:
+    """[baseline, candidate 1, candidate 2, ...]: each candidate is the common units plus its own (--try / --candidate)."""
+    out = [Variant("baseline", list(job.argv), dict(job.env))]
+    for label, units in candidates:
+        out.append(_variant(job, label, common + units, True))
+    return out
+
+
 # ----------------------------------------------------------------------------- one trial's argv
 
 

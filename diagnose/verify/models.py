@@ -93,6 +93,10 @@ class TrialResult(BaseModel):
     losses: list[float | None] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
     failure: Failure | None = None
+    slot: str = "all"  # the device set it ran on: "gpu:0,1", "cpu:1"; "all" without --slots
+    executor: str = "local"  # "local" (a subprocess here) or "ray" (a Ray task)
+    start_s: float | None = None  # seconds since verify started
+    end_s: float | None = None
 
 
 class ArmSummary(BaseModel):
@@ -136,6 +140,28 @@ class AblationRow(BaseModel):
     reason: str = ""
 
 
+class CandidateRow(BaseModel):
+    """One candidate of a sweep (--try / --candidate) against the baseline, best first."""
+    label: str
+    changes: list[str]
+    verdict: Verdict
+    gain: float | None = None
+    ci: list[float] | None = None
+    samples_per_s: float | None = None
+    trials: int = 0
+    stopped_early: bool = False  # clearly worse or failed: no further rounds
+    reason: str = ""
+
+
+class SlotRow(BaseModel):
+    """One device set of --slots: its trials and how fast it runs relative to the others (1.0 = average)."""
+    slot: str
+    trials: int
+    samples_per_s: float | None = None  # mean over its ok trials (every arm)
+    relative: float | None = None  # its speed factor, the arms' mix taken out
+    slow: bool = False
+
+
 class VerifyReport(BaseModel):
     schema_version: int = SCHEMA_VERSION
     verdict: Verdict
@@ -152,6 +178,8 @@ class VerifyReport(BaseModel):
     changes: list[Change] = Field(default_factory=list)
     loss_parity: LossParity | None = None
     ablation: list[AblationRow] = Field(default_factory=list)
+    candidates: list[CandidateRow] = Field(default_factory=list)  # a sweep's candidates, best first
+    slots: list[SlotRow] = Field(default_factory=list)  # with --slots: per-slot throughput
     failure: Failure | None = None
     job: dict[str, Any] = Field(default_factory=dict)
     settings: dict[str, Any] = Field(default_factory=dict)

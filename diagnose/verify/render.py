@@ -55,13 +55,14 @@ def headline(r: VerifyReport) -> str:
 def _trial_row(t: TrialResult) -> list[str]:
     last_loss = next((x for x in reversed(t.losses) if x is not None), None)
     status = t.status + (" (replaced)" if t.replaced else " (disturbed)" if t.disturbed else "")
-    return [str(t.index), t.arm, str(t.repeat), status, _f(t.startup_s, ".1f"), _f(t.step_time_s, ".4g"),
+    when = f"{t.start_s:.0f}–{t.end_s:.0f}" if t.start_s is not None and t.end_s is not None else "–"
+    return [str(t.index), t.arm, str(t.repeat), t.slot, when, status, _f(t.startup_s, ".1f"), _f(t.step_time_s, ".4g"),
             _f(t.step_time_iqr_s, ".2g"), _f(t.samples_per_s, ".4g"), _f(t.tokens_per_s, ".4g"),
             _f(t.peak_memory_gib, ".1f"), _f(t.gpu_util_mean_pct, ".0f"), _f(t.external_cpu_cores, ".2f"),
             _f(last_loss, ".4g"), f"{t.measured_steps}/{t.steps_done}"]
 
 
-TRIAL_COLUMNS = ["#", "arm", "rep", "status", "start-up s", "s/step", "IQR s", "samples/s", "tokens/s", "peak GiB",
+TRIAL_COLUMNS = ["#", "arm", "rep", "slot", "ran s", "status", "start-up s", "s/step", "IQR s", "samples/s", "tokens/s", "peak GiB",
                  "GPU %", "other CPU", "last loss", "measured/steps"]
 
 
@@ -141,6 +142,17 @@ def print_report(r: VerifyReport, console: Any) -> None:
             ci = f"{_pct(row.ci[0])} … {_pct(row.ci[1])}" if row.ci else "–"
             ab.add_row(row.label, row.verdict, _pct(row.gain), ci, _f(row.samples_per_s, ".4g"))
         console.print(ab)
+    if r.candidates:
+        console.print(_candidates_table(r))
+    if r.slots:
+        sl = Table(title="slots (disjoint device sets; relative = speed with the arms' mix taken out)", show_header=True,
+                   header_style="bold", box=None, pad_edge=False)
+        for c in ("slot", "trials", "samples/s", "relative"):
+            sl.add_column(c, justify="left" if c == "slot" else "right")
+        for row in r.slots:
+            sl.add_row(row.slot + (" (slow)" if row.slow else ""), str(row.trials), _f(row.samples_per_s, ".4g"),
+                       _f(row.relative, ".3f"))
+        console.print(sl)
     if r.failure:
         f = r.failure
         console.print(Text(f"{f.arm} trial #{f.trial}: {f.status} (exit code {f.returncode})", style="bold red"))
@@ -156,6 +168,20 @@ def print_report(r: VerifyReport, console: Any) -> None:
         say(r.sampler)
     for n in r.notes:
         say(f"note: {n}")
+
+
+def _candidates_table(r: VerifyReport) -> Any:
+    from rich.table import Table
+
+    t = Table(title="candidates against the baseline, best first", show_header=True, header_style="bold", box=None,
+              pad_edge=False)
+    for c in ("candidate", "verdict", "gain", "CI", "samples/s", "trials", ""):
+        t.add_column(c, justify="left" if c in ("candidate", "verdict", "") else "right")
+    for c in r.candidates:
+        ci = f"{_pct(c.ci[0])} … {_pct(c.ci[1])}" if c.ci else "–"
+        t.add_row(c.label, c.verdict, _pct(c.gain), ci, _f(c.samples_per_s, ".4g"), str(c.trials),
+                  "stopped early" if c.stopped_early else "")
+    return t
 
 
 def report_markdown(r: VerifyReport) -> str:
@@ -183,6 +209,18 @@ def report_markdown(r: VerifyReport) -> str:
         for row in r.ablation:
             ci = f"{_pct(row.ci[0])} … {_pct(row.ci[1])}" if row.ci else "–"
             out.append(f"| {row.label} | {row.verdict} | {_pct(row.gain)} | {ci} | {_f(row.samples_per_s, '.4g')} |")
+    if r.candidates:
+        out += ["", "## Candidates (best first)", "", "| candidate | verdict | gain | CI | samples/s | trials | note |",
+                "|---|---|---:|---:|---:|---:|---|"]
+        for c in r.candidates:
+            ci = f"{_pct(c.ci[0])} … {_pct(c.ci[1])}" if c.ci else "–"
+            out.append(f"| `{c.label}` | {c.verdict} | {_pct(c.gain)} | {ci} | {_f(c.samples_per_s, '.4g')} | "
+                       f"{c.trials} | {'stopped early' if c.stopped_early else ''} |")
+    if r.slots:
+        out += ["", "## Slots", "", "| slot | trials | samples/s | relative |", "|---|---:|---:|---:|"]
+        for row in r.slots:
+            out.append(f"| {row.slot}{' (slow)' if row.slow else ''} | {row.trials} | {_f(row.samples_per_s, '.4g')} | "
+                       f"{_f(row.relative, '.3f')} |")
     if r.failure:
         f = r.failure
         out += ["", "## Failure", "", f"{f.arm} trial #{f.trial}: **{f.status}** (exit code {f.returncode})", ""]

@@ -198,6 +198,51 @@ def compare(baseline: Sequence[float], patched: Sequence[float], confidence: flo
     return Comparison(gain, (lo, hi), verdict, df, nb, np_, why)
 
 
+def _verdict(gain: float, lo: float, hi: float, min_effect: float) -> tuple[str, str]:
+    if lo > 0 and gain >= min_effect:
+        return "confirmed", f"CI lower bound {lo:+.1%} > 0 and gain {gain:+.1%} >= {min_effect:.0%}"
+    if hi < 0:
+        return "worse", f"CI upper bound {hi:+.1%} < 0"
+    if lo > 0:
+        return "not_confirmed", f"faster, but the gain {gain:+.1%} is below the minimum effect {min_effect:.0%}"
+    return "not_confirmed", f"the CI [{lo:+.1%}, {hi:+.1%}] contains 0: no gain above the noise"
+
+
+def compare_blocked(baseline: Sequence[tuple[str, float]], patched: Sequence[tuple[str, float]],
+                    confidence: float = 0.95, min_effect: float = 0.03) -> Comparison:
+    """Trials that ran in several slots (device sets), the slot as a block: log samples/s = arm + slot + noise,
+    fitted by least squares; the gain is exp(arm effect) - 1, its CI a t interval with the residual degrees of
+    freedom (n - arms - slots + 1).  A slot that is consistently slower costs one degree of freedom instead of
+    widening (or, adjusted naively, narrowing) the interval.  Falls back to `compare` when the slots cannot be
+    told from the arms (a slot that ran only one arm)."""
+    rows = [(0.0, s, math.log(v)) for s, v in baseline if v is not None and math.isfinite(v) and v > 0]
+    rows += [(1.0, s, math.log(v)) for s, v in patched if v is not None and math.isfinite(v) and v > 0]
+    nb, np_ = sum(1 for r in rows if r[0] == 0.0), sum(1 for r in rows if r[0] == 1.0)
+    slots = sorted({r[1] for r in rows})
+    plain = compare([v for _s, v in baseline], [v for _s, v in patched], confidence, min_effect)
+    if len(slots) < 2 or not nb or not np_:
+        return plain
+    x = np.array([[1.0, a] + [1.0 if s == sl else 0.0 for sl in slots[1:]] for a, s, _y in rows])
+    y = np.array([r[2] for r in rows])
+    beta, _res, rank, _sv = np.linalg.lstsq(x, y, rcond=None)
+    df = len(y) - int(rank)
+    if rank < x.shape[1]:
+        return plain
+    d = float(beta[1])
+    gain = math.exp(d) - 1.0
+    if df < 1:
+        return Comparison(gain, None, "not_confirmed", None, nb, np_,
+                          reason=f"{len(y)} trials in {len(slots)} slots leave no degree of freedom for the noise: "
+                                 "no confidence interval yet")
+    resid = y - x @ beta
+    s2 = float(resid @ resid) / df
+    se = math.sqrt(max(s2 * float(np.linalg.inv(x.T @ x)[1, 1]), 0.0))
+    t = t_ppf(0.5 + confidence / 2.0, df)
+    lo, hi = math.exp(d - t * se) - 1.0, math.exp(d + t * se) - 1.0
+    verdict, why = _verdict(gain, lo, hi, min_effect)
+    return Comparison(gain, (lo, hi), verdict, float(df), nb, np_, why + f" (slot as a block, df {df})")
+
+
 def straddles(cmp: Comparison, min_effect: float) -> bool:
     """True when another pair of trials could still change the verdict."""
     if cmp.verdict in ("confirmed", "worse"):

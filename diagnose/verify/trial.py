@@ -60,6 +60,8 @@ class TrialSpec:
     sample_gpus: bool = False
     gpu_indices: list[int] | None = None
     prevalidation: list[str] = field(default_factory=list)
+    slot: str = "all"  # the device set it runs on: "cpu:0", "gpu:0,1" (verify.executor.Slot.name)
+    cpus: list[int] | None = None  # pin the trial's processes to these cores (a CPU slot)
 
 
 class TrialRunner(Protocol):
@@ -92,6 +94,19 @@ def _group_alive(pgid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _pin(pid: int, cpus: list[int]) -> None:
+    """Pin every thread of `pid` to `cpus` (threads and children created later inherit it)."""
+    try:
+        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        tids = [pid]
+    for t in tids:
+        try:
+            os.sched_setaffinity(t, cpus)
+        except (OSError, AttributeError):
+            pass
 
 
 def _descendants(pid: int) -> set[int]:
@@ -343,6 +358,12 @@ class SwiftTrialRunner:
         self.poll_s = poll_s
         self.last_leftovers: list[int] = []
         self.last_contention: dict[int, tuple[float, float]] = {}
+        self._cancel = threading.Event()
+
+    def cancel(self) -> None:
+        """Stop the running trial from another thread (Ctrl-C in the caller while trials run concurrently):
+        its whole tree gets SIGINT, SIGTERM, SIGKILL in turn and `run` raises KeyboardInterrupt."""
+        self._cancel.set()
 
     def run(self, spec: TrialSpec, on_step: OnStep | None = None) -> TrialResult:
         env = dict(os.environ)
@@ -374,7 +395,9 @@ class SwiftTrialRunner:
         os.close(wfd)
         from diagnose.verify.contention import CpuMonitor
 
-        monitor = CpuMonitor()
+        if spec.cpus:
+            _pin(proc.pid, spec.cpus)
+        monitor = CpuMonitor(cpus=spec.cpus)
         monitor.watch_tree(proc.pid)
         monitor.sample()
         reader = _Reader(rfd, spec.log_path, on_step, monitor)
@@ -390,10 +413,16 @@ class SwiftTrialRunner:
                 except subprocess.TimeoutExpired:
                     pass
                 now = time.monotonic()
-                if now - last_scan > 2.0:  # children that may leave the process group later
-                    known |= _descendants(proc.pid)
+                if self._cancel.is_set():
+                    raise KeyboardInterrupt
+                if now - last_scan > (0.5 if spec.cpus else 2.0):  # children that may leave the process group later
+                    new = _descendants(proc.pid) - known
+                    known |= new
                     for p in known:
                         monitor.watch(p)
+                    if spec.cpus:
+                        for p in new | {proc.pid}:
+                            _pin(p, spec.cpus)
                     last_scan = now
                 monitor.sample()
                 if now - t0 > spec.timeout_s:
@@ -464,12 +493,16 @@ class RecordedTrialRunner:
 
     `losses[arm]` (optional) gives per-trial loss lists; `global_batch[arm]` the samples per step;
     `failures[arm]` a status ('oom', 'crashed', 'nan') that every trial of that arm ends with.
-    Trials of an arm are used in order and cycle when more are asked for.
+    Trials of an arm are used in order and cycle when more are asked for.  `slot_speed[slot]` (optional)
+    makes a slot's device set slower or faster: its step times are divided by that factor.  Thread-safe
+    (several slots may replay at once).
     """
 
     def __init__(self, arms: dict[str, list[list[float]]], global_batch: dict[str, int] | int = 16,
                  losses: dict[str, list[list[float]]] | None = None, failures: dict[str, str] | None = None,
-                 startup_s: float = 30.0):
+                 startup_s: float = 30.0, slot_speed: dict[str, float] | None = None):
+        self.slot_speed = slot_speed or {}
+        self._lock = threading.Lock()
         self.arms = arms
         self.global_batch = global_batch
         self.losses = losses or {}
@@ -479,9 +512,10 @@ class RecordedTrialRunner:
         self.order: list[str] = []
 
     def run(self, spec: TrialSpec, on_step: OnStep | None = None) -> TrialResult:
-        self.order.append(spec.arm)
-        k = self.used.get(spec.arm, 0)
-        self.used[spec.arm] = k + 1
+        with self._lock:
+            self.order.append(spec.arm)
+            k = self.used.get(spec.arm, 0)
+            self.used[spec.arm] = k + 1
         gb = self.global_batch if isinstance(self.global_batch, int) else self.global_batch.get(spec.arm, 16)
         if spec.arm in self.failures:
             res = TrialResult(index=spec.index, arm=spec.arm, repeat=spec.repeat, status=self.failures[spec.arm],
@@ -490,7 +524,8 @@ class RecordedTrialRunner:
                                   summary="recorded failure", prevalidation=list(spec.prevalidation))
             return res
         trials = self.arms[spec.arm]
-        iv = list(trials[k % len(trials)])[: spec.max_steps]
+        speed = self.slot_speed.get(spec.slot, 1.0)
+        iv = [x / speed for x in list(trials[k % len(trials)])[: spec.max_steps]]
         steps = list(range(1, len(iv) + 1))
         if on_step is not None:
             for s in steps:
