@@ -114,3 +114,24 @@ def test_a_sweep_ranks_its_candidates_and_drops_the_clearly_worse_early(tmp_path
     worst = rep.candidates[2]
     assert worst.stopped_early and worst.trials == 2 and rep.candidates[0].trials == 4
     assert "clearly worse after round 1" in worst.reason
+
+
+def test_the_best_confirmed_candidate_becomes_the_patch_to_apply(tmp_path):
+    import argparse
+
+    from diagnose.commands.verify import _best_patch, _candidates
+
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/bash\nswift sft \\\n    --model m --dataset d.jsonl \\\n    --dataloader_num_workers 0 \\\n"
+                      "    --output_dir out\n")
+    job = J.job_from_script(str(script), swift="swift", version="4.6.0", cwd=str(tmp_path))
+    cands = _candidates(["dataloader_num_workers=2,4"], [])
+    v = J.sweep_variants(job, [], [(lab, J.units_from_requests(job, r, True)) for lab, r in cands])
+    runner = RecordedTrialRunner({"baseline": [steps(0.30), steps(0.31)], "--dataloader_num_workers 2": [steps(0.25)],
+                                  "--dataloader_num_workers 4": [steps(0.20), steps(0.201)]})
+    rep = run_verify(job, v, opts(tmp_path, sweep=True), runner)
+    assert rep.verdict == "confirmed" and rep.patched.label == "--dataloader_num_workers 4"
+    bp = _best_patch([str(script)], argparse.Namespace(line=None), job, rep, cands, [])
+    assert bp["command"] == f"swiftdoc patch {script} --set dataloader_num_workers=4 --write"
+    assert "-    --dataloader_num_workers 0 \\" in bp["diff"] and "+    --dataloader_num_workers 4 \\" in bp["diff"]
+    assert script.read_text().count("--dataloader_num_workers 0") == 1  # verify never edits the script

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from diagnose.errors import InputError, UsageError
+from diagnose.errors import InputError, SwiftdocError, UsageError
 
 HELP = "re-run baseline and patched trials through ms-swift and measure the gain"
 EXIT = {"confirmed": 0, "not_confirmed": 1, "worse": 1, "failed": 4}
@@ -165,6 +165,38 @@ def _candidates(tries: list[str], groups: list[str]) -> list[tuple[str, list[Any
     return out
 
 
+def _best_patch(inputs: list[str], args: argparse.Namespace, job: Any, report: Any,
+                candidates: list[tuple[str, list[Any]]], explicit: list[Any]) -> dict[str, Any]:
+    """The confirmed best candidate as the patch to apply: the `swiftdoc patch` command that writes it (atomically,
+    with a backup) and, for a script, the diff it makes."""
+    import shlex
+
+    label = report.patched.label
+    reqs = explicit + next(r for lab, r in candidates if lab == label)
+    sets = " ".join(f"--set {shlex.quote(f'{r.op.flag}={r.op.value}')}" for r in reqs if r.op.op == "set")
+    sets += "".join(f" --env {shlex.quote(f'{r.op.env}={r.op.value}')}" for r in reqs if r.op.op == "set_env")
+    sets += "".join(f" --remove {r.op.flag}" for r in reqs if r.op.op == "remove")
+    out: dict[str, Any] = {"label": label, "command": None, "diff": None}
+    if len(inputs) == 1 and Path(inputs[0]).is_file():
+        from diagnose.patch.edit import UnsafeEdit, edits_for
+        from diagnose.patch.launch import read_launch
+        from diagnose.patch.render import unified
+        from diagnose.patch.source import plan_for_launch, read_script
+
+        out["command"] = f"swiftdoc patch {shlex.quote(inputs[0])} {sets} --write"
+        try:
+            sf = read_script(inputs[0])
+            launch = read_launch(sf.text, base_dir=sf.path.parent, select_line=args.line)
+            plan = plan_for_launch(launch, None, job.version, explicit=reqs)
+            out["diff"] = "".join(unified(e.old, e.new, Path(e.label).name) for e in edits_for(launch, plan, sf.path)
+                                  if e.new != e.old) or None
+        except (UnsafeEdit, SwiftdocError):
+            pass
+    else:
+        out["command"] = f"swiftdoc patch --log <the job's log> {sets}"
+    return out
+
+
 def _default_steps(diag: Any) -> tuple[int, str]:
     st = diag.features.get("step_time_median_s") if diag is not None else None
     if isinstance(st, (int, float)) and st > 0:
@@ -289,6 +321,8 @@ def run(args: argparse.Namespace) -> int:
         progress.close()
         if old is not None:
             signal.signal(signal.SIGTERM, old)
+    if candidates and report.verdict == "confirmed":
+        report.best_patch = _best_patch(inputs, args, job, report, candidates, explicit)
     if args.report:
         Path(args.report).write_text(report_markdown(report), encoding="utf-8")
     if args.format == "json":

@@ -180,6 +180,8 @@ class VerifyReport(BaseModel):
     ablation: list[AblationRow] = Field(default_factory=list)
     candidates: list[CandidateRow] = Field(default_factory=list)  # a sweep's candidates, best first
     slots: list[SlotRow] = Field(default_factory=list)  # with --slots: per-slot throughput
+    # a sweep whose best candidate is confirmed: the patch to apply (label, the command that writes it, its diff)
+    best_patch: dict[str, Any] | None = None
     failure: Failure | None = None
     job: dict[str, Any] = Field(default_factory=dict)
     settings: dict[str, Any] = Field(default_factory=dict)

@@ -144,6 +144,10 @@ def print_report(r: VerifyReport, console: Any) -> None:
         console.print(ab)
     if r.candidates:
         console.print(_candidates_table(r))
+    if r.best_patch:
+        say(f"the patch to apply ({r.best_patch['label']}): {r.best_patch['command']}")
+        if r.best_patch.get("diff"):
+            say(r.best_patch["diff"].rstrip("\n"))
     if r.slots:
         sl = Table(title="slots (disjoint device sets; relative = speed with the arms' mix taken out)", show_header=True,
                    header_style="bold", box=None, pad_edge=False)
@@ -216,6 +220,10 @@ def report_markdown(r: VerifyReport) -> str:
             ci = f"{_pct(c.ci[0])} … {_pct(c.ci[1])}" if c.ci else "–"
             out.append(f"| `{c.label}` | {c.verdict} | {_pct(c.gain)} | {ci} | {_f(c.samples_per_s, '.4g')} | "
                        f"{c.trials} | {'stopped early' if c.stopped_early else ''} |")
+    if r.best_patch:
+        out += ["", f"The patch to apply ({r.best_patch['label']}): `{r.best_patch['command']}`"]
+        if r.best_patch.get("diff"):
+            out += ["", "```diff", r.best_patch["diff"].rstrip("\n"), "```"]
     if r.slots:
         out += ["", "## Slots", "", "| slot | trials | samples/s | relative |", "|---|---:|---:|---:|"]
         for row in r.slots:
