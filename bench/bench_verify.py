@@ -4,7 +4,7 @@
     python bench/bench_verify.py --real          # + one real `swiftdoc verify` (gradient checkpointing on -> off)
                                                  #   on the tiny local model (needs ms-swift; ~2-6 min on 2 cores)
     python bench/bench_verify.py --slots         # + the same job verified with 1 slot and with 2 slots at equal
-                                                 #   trials per arm, side by side: wall time to a verdict (~4 min)
+                                                 #   trials per arm, side by side: wall time to a verdict (~5 min)
 
 Slots simulation: the whole `run_verify` (Latin-square waves over 2 slots, the slot as a block) over replayed
 trials whose samples/s carry the trial-to-trial noise `cv` and a per-experiment slot speed difference of up to
@@ -123,7 +123,7 @@ def bench_slots_simulation(n_exp: int) -> None:
 
 
 def bench_slots_real(keep: bool) -> None:
-    """The same real job, one slot vs two, equal trials per arm (2 + 2), in this one run."""
+    """The same real job, one slot vs two, equal trials per arm (4 each), in this one run."""
     import tinyjob
 
     swift = shutil.which("swift", path=str(Path(sys.executable).parent)) or shutil.which("swift")
@@ -139,9 +139,9 @@ def bench_slots_real(keep: bool) -> None:
             f"swift sft --model {model} --model_type qwen2 --template qwen --dataset {data} --tuner_type lora "
             "--torch_dtype float32 --per_device_train_batch_size 8 --gradient_accumulation_steps 1 "
             "--dataloader_num_workers 0 --output_dir out\n")
-        print("\nreal verify, gradient checkpointing on -> off, 16 steps per trial, 2 trials per arm:")
-        for label, extra in (("1 slot ", ["--repeats", "2", "--max-repeats", "2"]),
-                             ("2 slots", ["--slots", "2", "--repeats", "1", "--max-repeats", "1"])):
+        print("\nreal verify, gradient checkpointing on -> off, 16 steps per trial, 4 trials per arm:")
+        for label, extra in (("1 slot ", ["--repeats", "4", "--max-repeats", "4"]),
+                             ("2 slots", ["--slots", "2", "--repeats", "2", "--max-repeats", "2"])):
             t0 = time.monotonic()
             p = subprocess.run([sys.executable, "-m", "diagnose", "verify", "train.sh", "--set",
                                 "gradient_checkpointing=false", "--max-steps", "16", "--format", "json", "--no-progress",

@@ -135,3 +135,52 @@ def test_the_best_confirmed_candidate_becomes_the_patch_to_apply(tmp_path):
     assert bp["command"] == f"swiftdoc patch {script} --set dataloader_num_workers=4 --write"
     assert "-    --dataloader_num_workers 0 \\" in bp["diff"] and "+    --dataloader_num_workers 4 \\" in bp["diff"]
     assert script.read_text().count("--dataloader_num_workers 0") == 1  # verify never edits the script
+
+
+class _FakeRay:
+    """Just enough of `ray` for the checks RayExecutor makes before any trial (the real Ray is in test_verify_ray)."""
+
+    def __init__(self, resources, probe):
+        self.resources, self.probe = resources, probe
+
+    def cluster_resources(self):
+        return self.resources
+
+    def remote(self, *a, **kw):
+        def deco(obj):
+            class _R:
+                def options(self, **kw):
+                    return self
+
+                def remote(self, *args):
+                    return ("probe", args)
+
+            return _R() if callable(obj) and not isinstance(obj, type) else obj
+        return deco if not a or not callable(a[0]) else deco(a[0])
+
+    def get(self, ref, timeout=None):
+        return self.probe
+
+
+def _executor(fake):
+    from diagnose.verify.ray_executor import RayExecutor
+
+    ex = RayExecutor.__new__(RayExecutor)
+    ex.ray, ex.runtime_env, ex.remote = fake, None, True
+    return ex
+
+
+def test_a_ray_worker_without_ms_swift_or_resources_is_refused_before_any_trial():
+    from diagnose.verify.ray_executor import RayUnavailable
+
+    job = J.job_from_argv(["swift", "sft", "--model", "m", "--dataset", "d"], swift="/no/such/swift", version="4.6.0", cwd=".")
+    no_swift = _executor(_FakeRay({"CPU": 8.0}, {"host": "w1", "module": False, "cli": None, "python": "/usr/bin/python3"}))
+    with pytest.raises(RayUnavailable, match="the Ray worker on w1 has no ms-swift") as e:
+        no_swift._probe_swift(job)
+    assert e.value.exit_code == 3
+    ok = _executor(_FakeRay({"CPU": 8.0}, {"host": "w1", "module": True, "cli": "/opt/venv/bin/swift", "python": "p"}))
+    assert ok._probe_swift(job) == "/opt/venv/bin/swift"
+    with pytest.raises(RayUnavailable, match="has 0 GPU"):
+        ok._check_resources([Slot("gpu:0,1", gpus=[0, 1])])
+    with pytest.raises(RayUnavailable, match="has 1 CPU"):
+        _executor(_FakeRay({"CPU": 1.0}, None))._check_resources([Slot("cpu:0,1", cpus=[0, 1])])
