@@ -155,7 +155,11 @@ def _fr_culprit(run: Run) -> dict[str, Any] | None:
             pend = ahead["last"][pg]
             mine = one[lag[0]]["last"][pg]
             what = f"#{pend['seq']} {pend['op']}" + (f" from {pend['where']}" if pend.get("where") else "")
+            waiting = [{"rank": r, "node": None, "kind": f"waits in collective #{seqs[r]} {d['last'][pg]['op']} "
+                        f"(flight recorder, {d['last'][pg]['state']})", "file": d["file"], "line": None}
+                       for r, d in sorted(one.items()) if seqs[r] > low]
             return {"rank": lag[0] if len(lag) == 1 else None, "node": None, "host": None, "category": "nccl",
+                    "_waiting": waiting,
                     "confidence": "certain", "file": one[lag[0]]["file"], "line": None, "time": None,
                     "kind": f"behind in the collective sequence (flight recorder): its last collective is #{low} "
                             f"{mine['op']}, the others enqueued #{high}",
@@ -264,7 +268,7 @@ def find_culprit(run: Run, category: str | None = None) -> tuple[dict[str, Any] 
         culprit = _fr_culprit(run) or _watchdog_culprit(run)
     if culprit is None:
         return None, []
-    cons: list[dict[str, Any]] = []
+    cons: list[dict[str, Any]] = list(culprit.pop("_waiting", None) or [])
     for f in used_roots:
         _o, kind, _c, _e = _classify(run, f)
         cons.append({"rank": f["rank"], "node": run.nodes.get(f.get("file") or ""), "kind": f"then failed: {kind}",

@@ -315,3 +315,15 @@ def test_the_nodes_of_one_job_are_one_run_and_save_refuses_unrelated_runs(tmp_pa
     _one_line_error(p)
     assert p.returncode == 2 and "unrelated runs" in p.stderr.decode()
     assert not (tmp_path / "r.json").exists()
+
+
+def test_an_empty_rank_capture_among_several_is_read_as_nothing_not_an_error(tmp_path):
+    (tmp_path / "node1.log").write_bytes(b"")
+    node0 = FIXTURES / "multinode_kill_4x" / "node0.log"
+    p = swiftdoc("analyze", str(node0), str(tmp_path / "node1.log"), "--format", "json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["run"]["steps"] == 13 and any("node1.log: empty" in n for n in doc["notes"])
+    both_empty = swiftdoc("analyze", str(tmp_path / "node1.log"), str(tmp_path / "node1.log"))
+    _one_line_error(both_empty)
+    assert both_empty.returncode == 2 and b"every input is empty" in both_empty.stderr

@@ -153,6 +153,7 @@ def test_the_real_flight_recorder_dumps_name_the_rank_behind():
     cu = d.culprit
     assert cu["rank"] == 1 and cu["confidence"] == "certain" and cu["file"].endswith("nccl_trace_rank_1")
     assert "#42 gloo:broadcast" in cu["summary"] and "#41" in cu["kind"]
+    assert [(c["rank"], c["kind"].split(" (")[0]) for c in d.consequences] == [(0, "waits in collective #42 gloo:broadcast")]
     # the dumps alone say the same
     alone = analyze_run(parse_run([str(FIXTURES / "hang_2rank_4x" / f"nccl_trace_rank_{r}") for r in (0, 1)]))
     assert alone.culprit["rank"] == 1

@@ -67,7 +67,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     tr.add_argument("--trial-timeout", type=float, default=1800.0, metavar="S", help="kill a trial after S seconds (default 1800)")
     tr.add_argument("--seed", type=int, help="--seed for both arms when the job sets none (ms-swift's default is 42)")
     tr.add_argument("--max-reruns", type=int, default=2, metavar="N",
-                    help="re-run at most N trials that other processes disturbed (saturated CPUs; default 2)")
+                    help="re-run at most N times a trial (with --slots: its whole wave) that other processes disturbed "
+                         "(saturated CPUs; default 2)")
     tr.add_argument("--patched-first", action="store_true", help="start with a patched trial (a risky patch fails fast)")
     env = parser.add_argument_group("environment")
     env.add_argument("--swift", metavar="PATH", help="the ms-swift CLI to run (default: next to swiftdoc, else on PATH)")

@@ -237,6 +237,7 @@ def parse_run(inputs: list[str], stdin: bytes | None = None) -> Run:
     src = resolve_inputs(inputs, stdin)
     run = Run(sources=[n for n, _ in src.stdout] + [str(p) for p in src.jsonl] + [str(p) for p in src.args]
               + [str(p) for p in src.fr])
+    run.notes.extend(src.notes)
     clues: dict[str, Any] = {"files": sorted(src.file_names)}
     best: _StdoutResult | None = None
     events: list[Event] = []

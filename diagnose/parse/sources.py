@@ -33,6 +33,7 @@ class Sources:
     jsonl: list[Path] = field(default_factory=list)
     args: list[Path] = field(default_factory=list)
     fr: list[Path] = field(default_factory=list)  # flight recorder dumps (parse.flight_recorder)
+    notes: list[str] = field(default_factory=list)  # inputs read as nothing (an empty capture among several)
     file_names: set[str] = field(default_factory=set)
 
 
@@ -210,6 +211,10 @@ def resolve_inputs(inputs: list[str], stdin: bytes | None = None) -> Sources:
                 head = f.read(65536)
         except OSError as e:
             raise InputError(f"{raw}: cannot read ({e.strerror})") from None
+        if not head and len(inputs) > 1:  # one rank's or node's capture still empty: the others say what is known
+            src.notes.append(f"{raw}: empty (nothing written yet), read as nothing")
+            src.file_names.add(p.name)
+            continue
         check_not_empty(len(head), raw)
         from diagnose.parse.flight_recorder import looks_like_dump
 
@@ -234,6 +239,8 @@ def resolve_inputs(inputs: list[str], stdin: bytes | None = None) -> Sources:
             src.args.append(p)
         else:
             src.stdout.append((str(p), p))
+    if len(inputs) > 1 and not (src.stdout or src.jsonl or src.args or src.fr):
+        raise InputError("every input is empty", hint="the captures have no content yet; is the job writing elsewhere?")
     return src
 
 

@@ -22,9 +22,10 @@ Contract: `run_verify(job, variants, options, runner=None, progress=None) -> Ver
 - Loss parity is checked when every change of the arm is `safe` and both arms
   have the same global batch: mean loss per step over the arm's trials.
 - A trial whose steps ran mostly while other processes saturated the CPUs
-  (`disturbed`, see `diagnose.verify.contention`) is run again, at most
-  `options.max_reruns` times in all; the replaced trial stays in the report
-  (`replaced: true`) and is not used.
+  (`disturbed`, see `diagnose.verify.contention`) is run again with its whole
+  wave (with slots: every trial that ran beside it, so that no trial runs with
+  its neighbours idle), at most `options.max_reruns` times in all; the
+  replaced trials stay in the report (`replaced: true`) and are not used.
 - `VerifyProgress` receives plan/start/step/end/note events; `NullProgress`
   ignores them.
 """
@@ -229,8 +230,7 @@ def run_verify(job: Job, variants: list[Variant], options: VerifyOptions, runner
             starts.append(time.monotonic() - t_start)
             handles.append(executor.submit(spec, prog.step))
         results = executor.wait(handles)
-        again: list[tuple[Variant, int, Any]] = []
-        for (v, rnd, slot), spec, res, t0 in zip(jobs, specs, results, starts):
+        for (v, _rnd, _slot), spec, res, t0 in zip(jobs, specs, results, starts):
             res.slot, res.executor = spec.slot, executor.name
             res.start_s = round(t0, 3)
             res.end_s = round(t0 + (res.wall_s or 0.0), 3)
@@ -239,16 +239,18 @@ def run_verify(job: Job, variants: list[Variant], options: VerifyOptions, runner
             all_trials.append(res)
             trials[v.label].append(res)
             prog.end(res)
-            if res.status == "ok" and res.disturbed and reruns[0] < opts.max_reruns:
-                reruns[0] += 1
-                res.replaced = True
-                prog.note(f"trial {res.index} was disturbed by other processes (mean {res.external_cpu_cores} CPU "
-                          "cores): running it again")
-                again.append((v, rnd, slot))
-        done = [r for r in results if not r.replaced]
-        if again:
-            done += run_wave(again, planned + len(again))
-        return done
+        hit = [r for r in results if r.status == "ok" and r.disturbed]
+        if hit and all(r.status == "ok" for r in results) and reruns[0] + len(jobs) <= opts.max_reruns * len(jobs):
+            # the whole wave again, not the disturbed trial alone: a trial re-run with its slot neighbours idle would
+            # run faster than the trials it is compared with (shared memory bandwidth and caches)
+            reruns[0] += len(jobs)
+            for r in results:
+                r.replaced = True
+            prog.note(f"trial(s) {', '.join(str(r.index) for r in hit)} disturbed by other processes (mean "
+                      f"{hit[0].external_cpu_cores} CPU cores): running "
+                      + ("it again" if len(jobs) == 1 else f"the whole wave of {len(jobs)} again"))
+            return run_wave(jobs, planned + len(jobs))
+        return results
 
     try:
         rnd = 0
