@@ -112,8 +112,8 @@ def simulate_slots(gain: float, cv: float, n_exp: int, rng: random.Random, n_slo
 
 def bench_slots_simulation(n_exp: int) -> None:
     rng = random.Random(99)
-    print(f"\nslots: run_verify over 2 slots (slot speeds differ by up to ±20% per experiment; 1-2 rounds = "
-          f"2-4 trials per arm), {n_exp} experiments per row")
+    print(f"\nslots: run_verify over 2 slots (slot speeds differ by up to ±20% per experiment; repeats 1, max 2: "
+          f"one round is never decisive, so 4 trials per arm), {n_exp} experiments per row")
     print(f"{'true gain':>9} {'cv':>5} {'confirmed':>10} {'not_conf':>9} {'worse':>6} {'trials/arm':>10}")
     for gain in (0.0, 0.1, 0.2, 0.5):
         for cv in (0.05, 0.1):

@@ -184,3 +184,14 @@ def test_a_ray_worker_without_ms_swift_or_resources_is_refused_before_any_trial(
         ok._check_resources([Slot("gpu:0,1", gpus=[0, 1])])
     with pytest.raises(RayUnavailable, match="has 1 CPU"):
         _executor(_FakeRay({"CPU": 1.0}, None))._check_resources([Slot("cpu:0,1", cpus=[0, 1])])
+
+
+def test_one_round_in_two_slots_is_never_decisive_and_a_second_round_runs(tmp_path):
+    job = make_job(tmp_path)
+    v = J.build_variants(job, J.units_from_requests(job, parse_assignments(["gradient_checkpointing=false"], "set"), True))
+    runner = RecordedTrialRunner({"baseline": [steps(0.300), steps(0.302)], "patched": [steps(0.200), steps(0.201)]})
+    slots = [Slot("cpu:0", cpus=[0]), Slot("cpu:1", cpus=[1])]
+    once = run_verify(job, v, opts(tmp_path, repeats=1, max_repeats=1), runner, slots=slots)
+    assert once.verdict == "not_confirmed" and "another round decides" in once.reason and once.df == 1.0
+    again = run_verify(job, v, opts(tmp_path, repeats=1, max_repeats=3), runner, slots=slots)
+    assert again.verdict == "confirmed" and again.settings["rounds"] == 2

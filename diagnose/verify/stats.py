@@ -152,6 +152,7 @@ class Comparison:
     n_patched: int = 0
     reason: str = ""
     notes: list[str] = field(default_factory=list)
+    more: bool = False  # decisive-looking but on too few degrees of freedom: another round decides
 
 
 def _mean_cv(x: Sequence[float]) -> tuple[float, float]:
@@ -208,13 +209,18 @@ def _verdict(gain: float, lo: float, hi: float, min_effect: float) -> tuple[str,
     return "not_confirmed", f"the CI [{lo:+.1%}, {hi:+.1%}] contains 0: no gain above the noise"
 
 
+_MIN_BLOCKED_DF = 3  # a decisive verdict over slots needs at least this many residual degrees of freedom
+
+
 def compare_blocked(baseline: Sequence[tuple[str, float]], patched: Sequence[tuple[str, float]],
                     confidence: float = 0.95, min_effect: float = 0.03) -> Comparison:
     """Trials that ran in several slots (device sets), the slot as a block: log samples/s = arm + slot + noise,
     fitted by least squares; the gain is exp(arm effect) - 1, its CI a t interval with the residual degrees of
     freedom (n - arms - slots + 1).  A slot that is consistently slower costs one degree of freedom instead of
     widening (or, adjusted naively, narrowing) the interval.  Falls back to `compare` when the slots cannot be
-    told from the arms (a slot that ran only one arm)."""
+    told from the arms (a slot that ran only one arm).  A confirmed or worse verdict needs at least 3 residual
+    degrees of freedom (two rounds in two slots): below that it is `not_confirmed`, with its interval, and the
+    experiment runs another round when it may."""
     rows = [(0.0, s, math.log(v)) for s, v in baseline if v is not None and math.isfinite(v) and v > 0]
     rows += [(1.0, s, math.log(v)) for s, v in patched if v is not None and math.isfinite(v) and v > 0]
     nb, np_ = sum(1 for r in rows if r[0] == 0.0), sum(1 for r in rows if r[0] == 1.0)
@@ -240,14 +246,20 @@ def compare_blocked(baseline: Sequence[tuple[str, float]], patched: Sequence[tup
     t = t_ppf(0.5 + confidence / 2.0, df)
     lo, hi = math.exp(d - t * se) - 1.0, math.exp(d + t * se) - 1.0
     verdict, why = _verdict(gain, lo, hi, min_effect)
-    return Comparison(gain, (lo, hi), verdict, float(df), nb, np_, why + f" (slot as a block, df {df})")
+    more = False
+    if df < _MIN_BLOCKED_DF and verdict in ("confirmed", "worse"):
+        # one round in two slots: two within-wave differences; a machine that drifts during one round can make
+        # both agree by chance.  A decisive verdict waits for another round.
+        verdict, more = "not_confirmed", True
+        why = f"{why}, but on {df} degree(s) of freedom only (one round): another round decides"
+    return Comparison(gain, (lo, hi), verdict, float(df), nb, np_, why + f" (slot as a block, df {df})", more=more)
 
 
 def straddles(cmp: Comparison, min_effect: float) -> bool:
     """True when another pair of trials could still change the verdict."""
     if cmp.verdict in ("confirmed", "worse"):
         return False
-    if cmp.ci is None:
+    if cmp.more or cmp.ci is None:
         return True
     lo, hi = cmp.ci
     return (lo < 0.0 < hi) or (lo < min_effect < hi)
