@@ -101,9 +101,12 @@ def _parity_text(r: VerifyReport) -> str | None:
 def _settings_text(r: VerifyReport) -> str:
     s = r.settings
     sub = f", {s['subset_rows']} rows per dataset" if s.get("subset_rows") else ""
-    order = str(s.get("order", "")).replace(" per round", "").split()
+    order = str(s.get("order", ""))
+    what = " / ".join(order.replace(" per round", "").split()) if order.endswith(" per round") else order
+    slots = s.get("slots") or []
+    where = f" in {len(slots)} slots ({', '.join(slots)})" if len(slots) > 1 else ""
     return (f"{s.get('max_steps')} steps per trial ({s.get('warmup_steps')} warm-up dropped){sub}; "
-            f"{s.get('rounds')} round(s) of {' / '.join(order)}; min effect {r.min_effect:.0%}")
+            f"{s.get('rounds')} round(s) of {what}{where}; min effect {r.min_effect:.0%}")
 
 
 def print_report(r: VerifyReport, console: Any) -> None:
@@ -197,8 +200,9 @@ def report_markdown(r: VerifyReport) -> str:
             "- change: " + ("; ".join(f"`{c.label()}` ({c.effect})" for c in r.changes) or "none"),
             f"- trials: {_settings_text(r)}",
             f"- metric: samples/s = global batch / median interval s/step after warm-up; gain = mean(patched) / "
-            f"mean(baseline) - 1; {r.confidence:.0%} CI: Welch t on the log ratio"
-            + (f" (df {r.df:.1f})" if r.df else ""), ""]
+            f"mean(baseline) - 1; {r.confidence:.0%} CI: "
+            + ("least squares on log samples/s, arm + slot (the slot as a block), t" if r.slots else
+               "Welch t on the log ratio") + (f" (df {r.df:.1f})" if r.df else ""), ""]
     out += ["| " + " | ".join(TRIAL_COLUMNS) + " |", "|" + "---|" * len(TRIAL_COLUMNS)]
     for t in r.trials:
         out.append("| " + " | ".join(_trial_row(t)) + " |")
