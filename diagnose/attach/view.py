@@ -79,16 +79,17 @@ def _header(snap: Snapshot) -> Text:
     elif t.get("pid"):
         state = "exited"
     else:
-        state = "finished (files only)" if finished else "following files"
+        state = "ended (files only)" if finished else "following files"
     h.append(f"  [{state}]", style="green" if state == "running" else "yellow")
     h.append(f"\nlog: {t.get('log') or 'waiting for the job to create its log…'}", style="dim")
     gpus = t.get("gpus")
-    h.append("\nGPUs: " + (",".join(str(g) for g in gpus) if gpus else "all visible" if gpus is None else "none")
-             + (f" (from {t['gpu_source']})" if t.get("gpu_source") else ""), style="dim")
+    if gpus or t.get("pid") or t.get("gpu_source"):  # files only, no PID: which GPUs the job had is unknown
+        h.append("\nGPUs: " + (",".join(str(g) for g in gpus) if gpus else "all visible" if gpus is None else "none")
+                 + (f" (from {t['gpu_source']})" if t.get("gpu_source") else ""), style="dim")
     return h
 
 
-def _progress(p: dict[str, Any] | None) -> Text:
+def _progress(p: dict[str, Any] | None, live: bool = True) -> Text:
     if not p:
         return Text("no training step logged yet", style="dim")
     out = Text()
@@ -101,8 +102,11 @@ def _progress(p: dict[str, Any] | None) -> Text:
     out.append(_na(p.get("s_per_it"), "{:.3g}", " s/it"))
     out.append("   ")
     out.append(_na(p.get("samples_per_s"), "{:.3g}", " samples/s"))
-    out.append("   ETA ", style="dim")
-    out.append(_dur(p.get("eta_s")))
+    if live:
+        out.append("   ETA ", style="dim")
+        out.append(_dur(p.get("eta_s")))
+    elif ms and step is not None and step < ms:
+        out.append(f"   stopped {ms - step} step(s) short", style="yellow")
     out.append("\nloss ", style="dim")
     out.append(_na(p.get("loss"), "{:.4g}"))
     out.append(f" {sparkline(p.get('loss_series') or [])}", style="cyan")
@@ -202,14 +206,16 @@ def _diagnosis(d: Any) -> Any:
 
 
 def render_snapshot(snap: Snapshot) -> Group:
-    parts: list[Any] = [_header(snap), Text(""), _progress(snap.progress), Text(""), _gpus(snap.gpus),
+    live = snap.alive and not snap.ended
+    parts: list[Any] = [_header(snap), Text(""), _progress(snap.progress, live), Text(""), _gpus(snap.gpus),
                         _host(snap.host), Text(""), _diagnosis(snap.diagnosis)]
     for st in (snap.diagnosis.stragglers if snap.diagnosis is not None else []):
         who = f"GPU {st.gpu}" if st.gpu is not None else f"rank {st.rank}"
         parts.append(Text.assemble(("straggler ", "bold yellow"), f"{who} runs {st.slowdown:.2f}× slower: {st.evidence}"))
     if snap.hang is not None:
         parts.append(_hang(snap.hang))
-    for n in snap.notes[:3]:
+    gpu_line = str((snap.gpus or {}).get("nvml") or "")
+    for n in [n for n in snap.notes if not (gpu_line and n in gpu_line)][:3]:  # the GPU line already says it
         parts.append(Text(f"note: {n}", style="dim"))
     return Group(*parts)
 

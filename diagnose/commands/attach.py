@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
                          rank_stacks_every_s=30.0 if args.rank_stacks is None else (args.rank_stacks or None))
     session = AttachSession(target, opts)
     session.start()
-    if session.nvml_notice and not args.no_gpu:
+    if session.nvml_notice and not args.no_gpu and args.format == "json":  # the text view's GPU line says it
         sys.stderr.write(f"notice: {session.nvml_notice}\n")
     try:
         if args.once:
