@@ -77,3 +77,16 @@ def test_patch_json_matches_its_schema(fx):
     doc = json.loads(p.stdout)
     PATCH.validate(doc)
     assert doc["schema_version"] == 2
+
+
+def test_unrelated_runs_json_matches_its_schema():
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "diagnose", "analyze", str(FIXTURES / "nan_4x" / "train.log"),
+                        str(FIXTURES / "multinode_raise_4x" / "node1.log"), "--format", "json"],
+                       capture_output=True, text=True, timeout=120)
+    doc = json.loads(p.stdout)
+    _validator("analyze-apart").validate(doc)
+    for r in doc["unrelated"]:
+        ANALYZE.validate(r["analysis"])
