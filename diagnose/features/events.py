@@ -126,9 +126,10 @@ def _ended(ctx: Ctx):
 @feature("stop_phase", "enum", "Where an unfinished run stopped: before_step_1, first_100_steps, mid_run, at_save, or not_shown (an excerpt).", FAMILY)
 def _stop_phase(ctx: Ctx):
     run = ctx.run
-    if run.ended:
-        return None
     t = run.steps
+    last_step = (t.last() or {}).get("step") if len(t) else None
+    if run.ended and (run.max_steps is None or last_step is None or last_step >= run.max_steps):
+        return None  # it ran to its end (a run stopped by a signal also prints its end: it stopped short)
     if not len(t):
         return "before_step_1" if run.header_line is not None else "not_shown"
     last_line = int(t["line"][-1])
