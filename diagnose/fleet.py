@@ -75,6 +75,8 @@ def group_jobs(paths: list[Path]) -> list[Path | tuple[Path, ...]]:
             by_dir.setdefault(p.parent, []).append(p)
     joined: dict[Path, tuple[Path, ...]] = {}
     for files in by_dir.values():
+        if len(files) < 2:  # one capture in its folder: nothing to join (and nothing to read here)
+            continue
         multi = [f for f in files if _multinode(read_header(str(f)))]
         if len(multi) < 2:
             continue
