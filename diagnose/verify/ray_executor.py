@@ -6,7 +6,9 @@ Contract (the `Executor` interface of diagnose.verify.executor; `name` "ray"):
   that does not answer (a TCP connect to host:port within 3 s, before `ray.init`); a cluster without the
   resources of one slot (its GPUs, else its cores); workers without ms-swift (a probe task looks for the
   `swift` module and CLI there).  `address`: "local" starts a Ray on this machine for this run (stopped at
-  `close()`), "auto" joins the running one, "host:port" a cluster's GCS.
+  `close()`), "auto" joins the running one, "host:port" a cluster's GCS.  Ray's connection timeouts are set to
+  5 s (unless set) before `ray` is imported, and where a Ray auth token exists (RAY_AUTH_TOKEN or
+  ~/.ray/auth_token) RAY_AUTH_MODE=token is set unless the user set a mode.
 - `submit(spec, on_step)`: one actor per trial with `num_gpus`/`num_cpus` of its slot and the trial's
   environment in the spec (a GPU slot's CUDA_VISIBLE_DEVICES is Ray's to set: dropped; a CPU slot keeps its
   cores on a Ray of this machine only).  On a remote cluster the job's folder travels as the runtime env's working_dir
@@ -120,6 +122,15 @@ class RayExecutor:
     @classmethod
     def connect(cls, address: str, slots: list[Any], job: Any, probe: bool = True) -> RayExecutor:
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        # read when `ray` is imported: a port that answers but is not a reachable GCS fails in seconds, not after
+        # Ray's default 20 retries (measured: 820 s by default, 4 s at 1 s each; a real cluster connects either way)
+        for var in ("RAY_gcs_server_port_wait_time_s", "RAY_py_gcs_connect_timeout_s",
+                    "RAY_gcs_rpc_server_connect_timeout_s"):
+            os.environ.setdefault(var, "5")
+        # Ray 2.60 turns token auth on where a token exists: joining a cluster by address needs the mode said too
+        if "RAY_AUTH_MODE" not in os.environ and (os.environ.get("RAY_AUTH_TOKEN") or
+                                                  (Path.home() / ".ray" / "auth_token").exists()):
+            os.environ["RAY_AUTH_MODE"] = "token"
         if address not in ("local", "auto") and not _answers(address):
             raise RayUnavailable(f"the Ray address {address} does not answer (no TCP connection within 3 s)",
                                  hint="start the head with `ray start --head --port PORT`, or use --ray local")
