@@ -122,23 +122,32 @@ def bench_slots_simulation(n_exp: int) -> None:
                   f"{res['worse'] / n_exp:>6.1%} {t:>10.2f}")
 
 
-def bench_slots_real(keep: bool) -> None:
-    """The same real job, one slot vs two, equal trials per arm (4 each), in this one run."""
+def _swift() -> str | None:
+    return shutil.which("swift", path=str(Path(sys.executable).parent)) or shutil.which("swift")
+
+
+def _tiny_job(d: Path) -> None:
+    """The tiny local Qwen2 job of fixtures/tinyjob.py as d/train.sh (batch 8, CPU, offline)."""
     import tinyjob
 
-    swift = shutil.which("swift", path=str(Path(sys.executable).parent)) or shutil.which("swift")
+    model = tinyjob.build_tiny_model(d / "model")
+    data = tinyjob.build_dataset(d / "data.jsonl", n=200)
+    (d / "train.sh").write_text(
+        "export HF_HUB_OFFLINE=1 MODELSCOPE_OFFLINE=1 USE_HF=1\nexport OMP_NUM_THREADS=1\n"
+        f"swift sft --model {model} --model_type qwen2 --template qwen --dataset {data} --tuner_type lora "
+        "--torch_dtype float32 --per_device_train_batch_size 8 --gradient_accumulation_steps 1 "
+        "--dataloader_num_workers 0 --output_dir out\n")
+
+
+def bench_slots_real(keep: bool) -> None:
+    """The same real job, one slot vs two, equal trials per arm (4 each), in this one run."""
+    swift = _swift()
     if swift is None:
         print("--slots: ms-swift CLI not installed; skipped")
         return
     d = Path(tempfile.mkdtemp(prefix="bench-slots-"))
     try:
-        model = tinyjob.build_tiny_model(d / "model")
-        data = tinyjob.build_dataset(d / "data.jsonl", n=200)
-        (d / "train.sh").write_text(
-            "export HF_HUB_OFFLINE=1 MODELSCOPE_OFFLINE=1 USE_HF=1\nexport OMP_NUM_THREADS=1\n"
-            f"swift sft --model {model} --model_type qwen2 --template qwen --dataset {data} --tuner_type lora "
-            "--torch_dtype float32 --per_device_train_batch_size 8 --gradient_accumulation_steps 1 "
-            "--dataloader_num_workers 0 --output_dir out\n")
+        _tiny_job(d)
         print("\nreal verify, gradient checkpointing on -> off, 16 steps per trial, 4 trials per arm:")
         for label, extra in (("1 slot ", ["--repeats", "4", "--max-repeats", "4"]),
                              ("2 slots", ["--slots", "2", "--repeats", "2", "--max-repeats", "2"])):
@@ -161,21 +170,13 @@ def bench_slots_real(keep: bool) -> None:
 
 
 def bench_real(keep: bool) -> None:
-    import tinyjob
-
-    swift = shutil.which("swift", path=str(Path(sys.executable).parent)) or shutil.which("swift")
+    swift = _swift()
     if swift is None:
         print("--real: ms-swift CLI not installed; skipped")
         return
     d = Path(tempfile.mkdtemp(prefix="bench-verify-"))
     try:
-        model = tinyjob.build_tiny_model(d / "model")
-        data = tinyjob.build_dataset(d / "data.jsonl", n=200)
-        (d / "train.sh").write_text(
-            "export HF_HUB_OFFLINE=1 MODELSCOPE_OFFLINE=1 USE_HF=1\nexport OMP_NUM_THREADS=1\n"
-            f"swift sft --model {model} --model_type qwen2 --template qwen --dataset {data} --tuner_type lora "
-            "--torch_dtype float32 --per_device_train_batch_size 8 --gradient_accumulation_steps 1 "
-            "--dataloader_num_workers 0 --output_dir out\n")
+        _tiny_job(d)
         t0 = time.monotonic()
         p = subprocess.run([sys.executable, "-m", "diagnose", "verify", "train.sh", "--set",
                             "gradient_checkpointing=false", "--max-steps", "12", "--format", "json", "--no-progress",

@@ -123,29 +123,7 @@ def test_attach_by_output_dir_start_to_finish(tiny):
     assert Path(lines[-1]["target"]["run_dir"]).parent == out
 
 
-HANG_PLUGIN = '''
-"""Rank 1 stops for good at step 3, in a function of its own; rank 0 goes on into the next collective."""
-import os
-import time
-
-import transformers
-
-_orig = transformers.Trainer.training_step
-
-
-def _read_next_shard_forever():
-    while True:
-        time.sleep(1)
-
-
-def training_step(self, *args, **kwargs):
-    if os.environ.get("RANK") == "1" and self.state.global_step == 3:
-        _read_next_shard_forever()
-    return _orig(self, *args, **kwargs)
-
-
-transformers.Trainer.training_step = training_step
-'''
+from fixtures.make_rank_faults import HANG_PLUGIN, SLOW_PLUGIN  # noqa: E402 (the committed captures' plugins)
 
 
 def _kill_job(job: subprocess.Popen, marker: Path) -> None:
@@ -210,28 +188,7 @@ def test_a_real_hung_rank_is_localised_from_the_stacks(tiny):
     assert hangs[-1]["stalled_s"] >= 15
 
 
-SLOW_PLUGIN = '''
-"""Rank 1 is slow: it sleeps 0.6 s in every training step; rank 0 waits for it in the collectives."""
-import os
-import time
 
-import transformers
-
-_orig = transformers.Trainer.training_step
-
-
-def _slow_input_pipeline():
-    time.sleep(0.6)
-
-
-def training_step(self, *args, **kwargs):
-    if os.environ.get("RANK") == "1":
-        _slow_input_pipeline()
-    return _orig(self, *args, **kwargs)
-
-
-transformers.Trainer.training_step = training_step
-'''
 
 
 @pytest.mark.skipif(NO_PY_SPY, reason="py-spy is not installed")

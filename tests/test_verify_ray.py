@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_verify_swift import SCRIPT, SWIFT, _disturbed
+from tests.test_verify_swift import SWIFT, _disturbed, tiny_job
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "fixtures"))
@@ -30,13 +30,7 @@ pytestmark = [pytest.mark.swift, pytest.mark.slow,
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    import tinyjob
-
-    d = tmp_path_factory.mktemp("ray")
-    model = tinyjob.build_tiny_model(d / "model")
-    data = tinyjob.build_dataset(d / "data.jsonl", n=200)
-    (d / "train.sh").write_text(SCRIPT.format(model=model, data=data, out=d / "user_output"))
-    return d
+    return tiny_job(tmp_path_factory, "ray")
 
 
 def _trainers(marker: str) -> list[int]:

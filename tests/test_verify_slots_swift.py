@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.test_verify_swift import SCRIPT, SWIFT, _cmd, _disturbed, _tree
+from tests.test_verify_swift import SWIFT, _disturbed, interrupt_leaves_nothing, tiny_job
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "fixtures"))
@@ -28,13 +26,7 @@ pytestmark = [pytest.mark.swift, pytest.mark.slow,
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    import tinyjob
-
-    d = tmp_path_factory.mktemp("slots")
-    model = tinyjob.build_tiny_model(d / "model")
-    data = tinyjob.build_dataset(d / "data.jsonl", n=200)
-    (d / "train.sh").write_text(SCRIPT.format(model=model, data=data, out=d / "user_output"))
-    return d
+    return tiny_job(tmp_path_factory, "slots")
 
 
 def verify(d: Path, *args: str, steps: int = 12, timeout: float = 900) -> tuple[int, dict]:
@@ -100,29 +92,5 @@ def test_a_sweep_of_dataloader_workers_is_ranked(tiny):
 
 
 def test_ctrl_c_during_concurrent_trials_leaves_no_process(tiny, tmp_path):
-    import psutil
-
-    env = dict(os.environ, TMPDIR=str(tmp_path))
-    p = subprocess.Popen([sys.executable, "-m", "diagnose", "verify", "train.sh", "--set",
-                          "gradient_checkpointing=false", "--slots", "2", "--no-progress", "--max-steps", "200",
-                          "--swift", SWIFT], cwd=tiny, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    seen: set[int] = set()
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:  # wait until both trials' trainer processes run
-        seen |= _tree(p.pid)
-        if sum("swift/cli/sft.py" in " ".join(_cmd(q)) for q in seen) >= 2:  # both trials' trainers
-            break
-        time.sleep(0.3)
-    else:
-        p.kill()
-        pytest.fail("two trial processes did not appear")
-    time.sleep(1.0)
-    seen |= _tree(p.pid)
-    p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=90)
-    assert p.returncode == 130, err[-2000:]
-    time.sleep(0.5)
-    alive = [q for q in seen if psutil.pid_exists(q) and psutil.Process(q).status() != psutil.STATUS_ZOMBIE]
-    assert not alive, f"left behind: {[(q, _cmd(q)[:4]) for q in alive]}\n{err[-1500:]}"
-    assert not list(tmp_path.glob("swiftdoc-verify-*")), "trial outputs not cleaned up"
+    # both trials of the first wave (one per slot) are running when the user presses Ctrl-C
+    interrupt_leaves_nothing(tiny, tmp_path, ["--set", "gradient_checkpointing=false", "--slots", "2"], trainers=2)

@@ -42,14 +42,19 @@ swift sft \\
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
+    d = tiny_job(tmp_path_factory, "verify")
+    return d, d / "train.sh"
+
+
+def tiny_job(tmp_path_factory, name: str) -> Path:
+    """A folder with the tiny local Qwen2, its dataset and train.sh (SCRIPT): the job every verify test runs."""
     import tinyjob
 
-    d = tmp_path_factory.mktemp("verify")
+    d = tmp_path_factory.mktemp(name)
     model = tinyjob.build_tiny_model(d / "model")
     data = tinyjob.build_dataset(d / "data.jsonl", n=200)
-    script = d / "train.sh"
-    script.write_text(SCRIPT.format(model=model, data=data, out=d / "user_output"))
-    return d, script
+    (d / "train.sh").write_text(SCRIPT.format(model=model, data=data, out=d / "user_output"))
+    return d
 
 
 def verify(d: Path, *args: str, steps: int = 12, timeout: float = 900) -> tuple[int, dict, str]:
@@ -135,35 +140,41 @@ def _tree(pid: int) -> set[int]:
         return set()
 
 
-def test_ctrl_c_kills_every_trial_process_and_cleans_up(tiny, tmp_path):
+def interrupt_leaves_nothing(d: Path, tmp_path: Path, args: list[str], trainers: int = 1) -> None:
+    """Start `swiftdoc verify train.sh ARGS`, wait until `trainers` trial trainer processes run, press Ctrl-C:
+    verify exits 130, no process it started is left, its temporary trial folders are gone."""
     import psutil
 
-    d, _ = tiny
     env = dict(os.environ, TMPDIR=str(tmp_path))
-    p = subprocess.Popen([sys.executable, "-m", "diagnose", "verify", "train.sh", "--set",
-                          "gradient_checkpointing=false", "--no-progress", "--max-steps", "200", "--swift", SWIFT],
+    p = subprocess.Popen([sys.executable, "-m", "diagnose", "verify", "train.sh", *args, "--no-progress",
+                          "--max-steps", "200", "--swift", SWIFT],
                          cwd=d, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          # SIGINT as from a terminal: a runner started with `&` ignores it, and children inherit that
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     seen: set[int] = set()
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:  # wait until the trial's trainer process runs
+    while time.monotonic() < deadline:  # wait until the trials' trainer processes run
         seen |= _tree(p.pid)
-        if any("sft.py" in " ".join(_cmd(q)) for q in seen):
+        if sum("swift/cli/sft.py" in " ".join(_cmd(q)) for q in seen) >= trainers:
             break
         time.sleep(0.3)
     else:
         p.kill()
-        pytest.fail("no trial process appeared")
+        pytest.fail(f"{trainers} trial process(es) did not appear")
     time.sleep(1.0)
     seen |= _tree(p.pid)
     p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=60)
+    out, err = p.communicate(timeout=90)
     assert p.returncode == 130, err[-2000:]
     time.sleep(0.5)
     alive = [q for q in seen if psutil.pid_exists(q) and psutil.Process(q).status() != psutil.STATUS_ZOMBIE]
-    assert not alive, f"left behind: {alive}"
+    assert not alive, f"left behind: {[(q, _cmd(q)[:4]) for q in alive]}\n{err[-1500:]}"
     assert not list(tmp_path.glob("swiftdoc-verify-*")), "trial outputs not cleaned up"
+
+
+def test_ctrl_c_kills_every_trial_process_and_cleans_up(tiny, tmp_path):
+    d, _ = tiny
+    interrupt_leaves_nothing(d, tmp_path, ["--set", "gradient_checkpointing=false"])
 
 
 def _cmd(pid: int) -> list[str]:
