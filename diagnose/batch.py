@@ -2,7 +2,8 @@
 
 Contract: `global_batch(micro, accum, world) -> int | None` (micro-batch x
 gradient accumulation x data-parallel ranks; None when a part is unknown);
-`default_accumulation(micro, world)` is ms-swift's default when the flag is not
+`halved_keep_global(micro, accum, world)` halves the micro-batch and raises the accumulation so the
+global batch stays (the OOM remedy, for analyze and patch alike); `default_accumulation(micro, world)` is ms-swift's default when the flag is not
 given (`ceil(16 / micro / world)`, reference section 3, `Setting
 args.gradient_accumulation_steps`); `global_batch_of_run(run)` reads a parsed run:
 Megatron's `global_batch_size` when stated, else the effective values (a `Setting
@@ -34,6 +35,14 @@ def default_accumulation(micro: float, world: int) -> int:
     return max(1, math.ceil(16 / micro / max(1, world)))
 
 
+def halved_keep_global(micro: int, accum: int, world: int) -> tuple[int, int, bool]:
+    """(new micro-batch, new accumulation, exact): micro -> max(1, micro // 2), accumulation scaled up so that
+    micro x accum x world stays the same (exact), or as close as whole numbers allow (rounded up)."""
+    new_micro = max(1, int(micro) // 2)
+    new_accum = math.ceil(int(accum) * int(micro) / new_micro)
+    return new_micro, new_accum, new_micro * new_accum == int(micro) * int(accum)
+
+
 def _effective(run: Run, *names: str) -> Any:
     from diagnose.parse.args import typed
 
@@ -56,4 +65,4 @@ def global_batch_of_run(run: Run) -> int | None:
     return global_batch(micro, accum, run.world_size or 1)
 
 
-__all__ = ["global_batch", "default_accumulation", "global_batch_of_run"]
+__all__ = ["global_batch", "default_accumulation", "global_batch_of_run", "halved_keep_global"]

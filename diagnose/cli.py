@@ -38,6 +38,15 @@ def _top_help() -> str:
     return "\n".join(lines)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line and a hint (its usage block only with -h)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        from diagnose.errors import UsageError
+
+        raise UsageError(message, hint=f"{self.prog} -h lists the options")
+
+
 def _err(msg: str, hint: str | None = None) -> None:
     red = sys.stderr.isatty()
     sys.stderr.write(("\x1b[31m" if red else "") + f"error: {msg}" + ("\x1b[0m" if red else "") + "\n")
@@ -72,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         mod = importlib.import_module(f"diagnose.commands.{COMMANDS[name][0]}")
-        parser = argparse.ArgumentParser(prog=f"swiftdoc {name}", description=COMMANDS[name][1])
+        parser = _Parser(prog=f"swiftdoc {name}", description=COMMANDS[name][1])
         parser.add_argument("-v", "--verbose", action="store_true", help="show tracebacks on errors")
         mod.add_arguments(parser)
         args = parser.parse_args(argv[1:])

@@ -5,8 +5,10 @@ The primary finding is the most severe (error > warning > info), then the
 highest rule priority; `info` findings never become the primary verdict.  With
 no warning/error finding the verdict is `healthy` when training steps were
 logged (with throughput and MFU when computable), else `unknown`.
-Remedies of all findings are merged: the first finding to touch a flag or env
-var wins and the later conflicting op is reported in `dropped`.  Remedies are
+Remedies are first checked against the run's effective values (diagnose.remedies:
+an op the run already satisfies is `already`, one the text cannot decide `unknown`);
+then merged: the first finding to touch a flag or env var wins and the later
+conflicting op is reported in `dropped` (ops already in place take no part).  Remedies are
 put in the dialect of the trainer that printed the text (`in_trainer_dialect`).
 The verdict carries a confidence: certain (the category's own signature), probable
 (inferred, or an excerpt read as far as it goes), weak (thin evidence).
@@ -69,6 +71,8 @@ def merge_remedies(findings: list[Finding]) -> list[Dropped]:
             if rem.effect == "advice":
                 continue
             for op in rem.ops:
+                if op.status == "already":
+                    continue
                 key = remedy_target(op)
                 if key in taken:
                     prev_rule, prev = taken[key]
@@ -135,7 +139,9 @@ def in_trainer_dialect(findings: list[Finding], trainer: str) -> list[Finding]:
 
 
 def build_diagnosis(findings: list[Finding], skipped: list[Skipped], features: Features, run: Run) -> Diagnosis:
-    findings = in_trainer_dialect(findings, run.trainer)
+    from diagnose.remedies import resolve_findings
+
+    findings = in_trainer_dialect(resolve_findings(findings, features), run.trainer)
     ranked = sorted(findings, key=lambda f: (-_SEV[f.severity], -f.priority, f.rule))
     serious = [f for f in ranked if f.severity in ("error", "warning")]
     feats = features.values

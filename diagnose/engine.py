@@ -11,6 +11,7 @@ Remedy values are resolved here (`value_from` -> the feature's value).
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -26,6 +27,13 @@ class RemedyOp(BaseModel):
     flag: str | None = None
     env: str | None = None
     value: Any = None
+    # set by diagnose.remedies against the run's effective values: change (the op changes the run), already (the run
+    # already satisfies it), unknown (the text shows no value to compare with); None before resolution
+    status: Literal["change", "already", "unknown"] | None = None
+    current: Any = None  # the run's value now, when known
+    source: str | None = None  # where `current` comes from: "the args dump", "script line 12", "ms-swift 4.x's default"
+    assumed: bool = False  # `current` is only a default the text does not show: the user may have changed it
+    detail: str | None = None  # e.g. the concrete batch arithmetic of halve_batch_keep_global
 
 
 class ResolvedRemedy(BaseModel):
@@ -33,6 +41,10 @@ class ResolvedRemedy(BaseModel):
     effect: str
     ops: list[RemedyOp] = Field(default_factory=list)
     note: str | None = None
+    # apply: at least one op changes the run; already: every op is already in place; conditional: it depends on a
+    # value the text does not show (`condition` says which); None before resolution
+    status: Literal["apply", "already", "conditional"] | None = None
+    condition: str | None = None  # the rule's `when` over values the text does not show, in words
 
 
 class Finding(BaseModel):
@@ -97,6 +109,52 @@ def _cond(c: Cond, feats: dict[str, Any], params: dict[str, Any], used: set[str]
         return False
 
 
+def eval3(g: Group | Cond, feats: dict[str, Any], params: dict[str, Any], unknown: set[str]) -> bool | None:
+    """Three-valued `eval_group`: a comparison on a feature in `unknown` (a flag value the text does not show: only
+    a default, or nothing) is None, and None propagates (Kleene logic).  `present`/`absent` are always decided; a
+    comparison on any other missing feature is false, as in `eval_group`."""
+    if isinstance(g, Cond):
+        if g.op not in ("present", "absent") and g.feature in unknown:
+            return None
+        return _cond(g, feats, params, set())
+    parts: list[bool | None] = []
+    if g.all is not None:
+        subs = [eval3(x, feats, params, unknown) for x in g.all]
+        parts.append(False if False in subs else None if None in subs else True)
+    if g.any is not None:
+        subs = [eval3(x, feats, params, unknown) for x in g.any]
+        parts.append(True if True in subs else None if None in subs else False)
+    if g.not_ is not None:
+        sub = eval3(g.not_, feats, params, unknown)
+        parts.append(None if sub is None else not sub)
+    return False if False in parts else None if None in parts else True
+
+
+_OP_WORDS = {"lt": "<", "le": "≤", "gt": ">", "ge": "≥", "eq": "=", "ne": "≠", "in": "in", "not_in": "not in"}
+
+
+def condition_text(g: Group | Cond, params: dict[str, Any], unknown: set[str], feats: dict[str, Any]) -> str:
+    """The undecided part of a remedy's `when`, in words ("per_device_train_batch_size ≥ 2")."""
+    if isinstance(g, Cond):
+        if g.op == "true":
+            return f"{g.feature} is on"
+        if g.op == "false":
+            return f"{g.feature} is off"
+        v = _val(g.value, params)
+        return f"{g.feature} {_OP_WORDS.get(g.op, g.op)} {v}"
+    out = []
+    for sub in (g.all or []) + (g.any or []):
+        if eval3(sub, feats, params, unknown) is None:
+            out.append(condition_text(sub, params, unknown, feats))
+    if g.not_ is not None and eval3(g.not_, feats, params, unknown) is None:
+        inner = g.not_
+        if isinstance(inner, Cond) and inner.op in ("true", "false"):
+            out.append(f"{inner.feature} is {'off' if inner.op == 'true' else 'on'}")
+        else:
+            out.append("not (" + condition_text(inner, params, unknown, feats) + ")")
+    return (" or " if g.any and not g.all else " and ").join(out)
+
+
 def eval_group(g: Group | Cond, feats: dict[str, Any], params: dict[str, Any], used: set[str]) -> bool:
     if isinstance(g, Cond):
         return _cond(g, feats, params, used)
@@ -116,43 +174,68 @@ class _Fmt(dict):
 
 
 class _Safe:
-    """Formats None as n/a and numbers with the spec, strings as-is."""
+    """Formats None as n/a and numbers with the spec, strings as-is; a default the text does not show says so."""
 
-    def __init__(self, v: Any):
+    def __init__(self, v: Any, default: bool = False):
         self.v = v
+        self.default = default
 
     def __format__(self, spec: str) -> str:
         v = self.v
         if v is None:
             return "n/a"
         if isinstance(v, bool):
-            return str(v).lower()
-        if isinstance(v, (int, float)):
+            out = str(v).lower()
+        elif isinstance(v, (int, float)):
             try:
-                return format(v, spec)
+                out = format(v, spec)
             except ValueError:
-                return str(v)
-        if isinstance(v, list):
-            return ", ".join(str(x) for x in v) or "none"
-        return str(v)
+                out = str(v)
+        elif isinstance(v, list):
+            out = ", ".join(str(x) for x in v) or "none"
+        else:
+            out = str(v)
+        return out + " (default)" if self.default else out
 
 
-def _evidence(rule: Rule, feats: dict[str, Any]) -> str:
-    data = _Fmt({k: _Safe(v) for k, v in feats.items()})
+# `[[ ... ]]` in an evidence template: a part left out when any value in it is unknown (no "n/a" in the evidence)
+_OPTIONAL = re.compile(r"\[\[((?:(?!\[\[|\]\]).)*)\]\]", re.S)  # innermost first: groups nest
+
+
+def _evidence(rule: Rule, feats: dict[str, Any], assumed: set[str] | frozenset[str] = frozenset()) -> str:
+    def known(m: re.Match[str]) -> str:
+        names = template_names(m.group(1))
+        return m.group(1) if all(feats.get(n) is not None or n in rule.params for n in names) else ""
+
+    template = rule.evidence
+    while "[[" in template:
+        nxt = _OPTIONAL.sub(known, template)
+        if nxt == template:
+            break
+        template = nxt
+    data = _Fmt({k: _Safe(v, k in assumed) for k, v in feats.items()})
     for k, v in rule.params.items():
         data[k] = _Safe(v)
     try:
-        text = rule.evidence.format_map(data)
+        text = template.format_map(data)
     except (ValueError, KeyError, IndexError):
-        return rule.evidence
-    return text.replace("n/a%", "n/a").replace("n/a GiB", "n/a").replace("n/a s", "n/a")
+        return rule.evidence.replace("[[", "").replace("]]", "")
+    text = text.replace("n/a%", "n/a").replace("n/a GiB", "n/a").replace("n/a s", "n/a")
+    return re.sub(r"\s*;\s*(?=;|$)", "", text).strip().rstrip(";,").strip()
 
 
-def _resolve(rule: Rule, feats: dict[str, Any]) -> list[ResolvedRemedy]:
+def _resolve(rule: Rule, feats: dict[str, Any], assumed: set[str] | None = None) -> list[ResolvedRemedy]:
+    """Each remedy whose `when` holds, or cannot be decided from the text (then `condition` says on what)."""
     out = []
     for rem in rule.remedies:
-        if rem.when is not None and not eval_group(rem.when, feats, rule.params, set()):
-            continue
+        condition = None
+        if rem.when is not None:
+            # a condition over a flag value the text does not show is not guessed: the remedy is kept and says it
+            verdict = eval3(rem.when, feats, rule.params, assumed or set())
+            if verdict is False:
+                continue
+            if verdict is None:
+                condition = condition_text(rem.when, rule.params, assumed or set(), feats)
         ops = []
         skip = False
         for op in rem.ops:
@@ -163,7 +246,8 @@ def _resolve(rule: Rule, feats: dict[str, Any]) -> list[ResolvedRemedy]:
             value = _round_for(op.flag, value)
             ops.append(RemedyOp(op=op.op, flag=op.flag, env=op.env, value=value))
         if not skip:
-            out.append(ResolvedRemedy(title=rem.title, effect=rem.effect, ops=ops, note=rem.note))
+            out.append(ResolvedRemedy(title=rem.title, effect=rem.effect, ops=ops, note=rem.note, condition=condition,
+                                      status="conditional" if condition else None))
     return out
 
 
@@ -193,6 +277,14 @@ def _confidence(declared: str, decisive: list[tuple[str | None, int]],
     return declared, None
 
 
+def unknown_flags(features: Features) -> set[str]:
+    """Config features the text does not pin down: a default it does not show, or no value at all."""
+    from diagnose.features.registry import REGISTRY
+
+    missing = {n for n, f in REGISTRY.items() if f.family == "config" and features.values.get(n) is None}
+    return set(features.assumed) | missing
+
+
 def evaluate_rules(rules: list[Rule], features: Features) -> tuple[list[Finding], list[Skipped]]:
     feats = features.values
     findings: list[Finding] = []
@@ -212,9 +304,9 @@ def evaluate_rules(rules: list[Rule], features: Features) -> tuple[list[Finding]
         conf, missing = _confidence(rule.confidence, decisive, features.probable_lines)
         findings.append(Finding(
             rule=rule.id, slug=rule.slug, category=rule.category, severity=rule.severity, priority=rule.priority,
-            summary=rule.summary, evidence=_evidence(rule, feats),
+            summary=rule.summary, evidence=_evidence(rule, feats, features.assumed),
             values={n: feats.get(n) for n in sorted(names)}, lines=lines,
-            remedies=_resolve(rule, feats), references=rule.references, confidence=conf, missing=missing,
+            remedies=_resolve(rule, feats, unknown_flags(features)), references=rule.references, confidence=conf, missing=missing,
             refs=[{"file": f, "line": ln} for f, ln in refs],
         ))
     return findings, skipped

@@ -23,6 +23,9 @@ class AnalyzeOptions:
     cpu_cores: int | None = None
     params: list[str] = field(default_factory=list)  # "RULE.param=value"
     live: bool = False  # the job is still running (attach): an unfinished log is not an interruption
+    script: dict[str, Any] | None = None  # the launch script's flag values (patch): remedies are resolved against them
+    script_label: str | None = None
+    script_lines: dict[str, int] | None = None
 
 
 _RULES_CACHE: dict[tuple[str, ...], list[Rule]] = {}
@@ -38,7 +41,9 @@ def get_rules(params: list[str] | None = None) -> list[Rule]:
 def analyze_run(run: Run, samples: dict[str, Any] | None = None, host: dict[str, Any] | None = None,
                 options: AnalyzeOptions | None = None, rules: list[Rule] | None = None) -> Diagnosis:
     opts = options or AnalyzeOptions()
-    feats = compute_features(run, samples, host, Options(gpu=opts.gpu, cpu_cores=opts.cpu_cores, live=opts.live))
+    feats = compute_features(run, samples, host, Options(gpu=opts.gpu, cpu_cores=opts.cpu_cores, live=opts.live,
+                                                         script=opts.script, script_label=opts.script_label,
+                                                         script_lines=opts.script_lines))
     findings, skipped = evaluate_rules(rules if rules is not None else get_rules(opts.params), feats)
     diag = build_diagnosis(findings, skipped, feats, run)
     from diagnose.features.gpu import stragglers_of

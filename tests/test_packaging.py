@@ -23,13 +23,24 @@ from tests.conftest import FIXTURES, ROOT
 pytestmark = pytest.mark.slow
 
 
+_LEFTOVERS = ("build", "swiftdoc.egg-info", "dist")
+_WROTE: list[str] = []  # what building the wheel left in the checkout
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
+    before = {n for n in _LEFTOVERS if (ROOT / n).exists()}
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out), str(ROOT)],
                    check=True, capture_output=True, timeout=300)
     (whl,) = out.glob("swiftdoc-*.whl")
+    after = {n for n in _LEFTOVERS if (ROOT / n).exists()}
+    _WROTE[:] = sorted(after - before)
     return whl
+
+
+def test_building_the_wheel_leaves_the_checkout_clean(wheel):
+    assert not _WROTE, f"the build wrote {_WROTE} into the checkout"
 
 
 def test_wheel_carries_rules_and_flag_tables(wheel):

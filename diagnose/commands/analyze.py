@@ -69,6 +69,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.gpu and gpu_from_flag(args.gpu) is None:
         raise UsageError(f"unknown --gpu '{args.gpu}'", hint="known: " + ", ".join(GPUS))
+    if args.plot:  # before any analysis: a plot that cannot be written fails now, not after the report
+        from diagnose.render.plot import check_plot_target
+
+        check_plot_target(args.plot)
     from diagnose.pipeline import get_rules
     from diagnose.rules import select_rules
 

@@ -38,7 +38,9 @@ def render_rule(r) -> str:
                 out.append(f"      {rem.note}")
     if r.references:
         out += ["", "references:"] + [f"  - {x}" for x in r.references]
-    out.append(f"\n(rule file: rules/{r.source})")
+    from diagnose.rules import default_rules_dir
+
+    out.append(f"\n(rule file: {default_rules_dir() / r.source})")
     return "\n".join(out)
 
 

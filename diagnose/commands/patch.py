@@ -58,15 +58,31 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--cpu-cores must be at least 1")
     explicit = parse_assignments(args.set, "set") + parse_assignments(args.env, "env") + \
         parse_assignments(args.remove, "remove")
-    run_ = diag = None
+    run_ = diag = launch = sf = None
     if args.log:
         from diagnose.parse import parse_run
-        from diagnose.pipeline import AnalyzeOptions, analyze_run
 
         run_ = parse_run(args.log)
-        diag = analyze_run(run_, options=AnalyzeOptions(gpu=args.gpu, cpu_cores=args.cpu_cores, params=args.param))
     version, how = choose_version(args.swift_version, run_)
     table = table_for(version)
+    if args.script:
+        from diagnose.patch.launch import read_launch
+        from diagnose.patch.source import read_script
+
+        sf = read_script(args.script)
+        launch = read_launch(sf.text, base_dir=sf.path.parent, select_line=args.line)
+    if run_ is not None:
+        from diagnose.pipeline import AnalyzeOptions, analyze_run
+
+        opts = AnalyzeOptions(gpu=args.gpu, cpu_cores=args.cpu_cores, params=args.param)
+        if launch is not None:  # remedies are resolved against the script that will run, as analyze does against the log
+            from diagnose.patch.source import script_values
+
+            opts.script, opts.script_lines, world = script_values(launch, version)
+            opts.script_label = sf.path.name
+            if run_.world_size is None and world:
+                run_.world_size = world
+        diag = analyze_run(run_, options=opts)
     kw = dict(cpu_cores=args.cpu_cores, only_safe=args.only_safe, keep_global=not args.no_keep_global,
               explicit=explicit, version_source=how)
     if run_ is not None:
@@ -78,11 +94,8 @@ def run(args: argparse.Namespace) -> int:
     unsafe: list[tuple[int, str]] = []
     if args.script:
         from diagnose.patch.edit import edits_for
-        from diagnose.patch.launch import read_launch
-        from diagnose.patch.source import plan_for_launch, read_script
+        from diagnose.patch.source import plan_for_launch
 
-        sf = read_script(args.script)
-        launch = read_launch(sf.text, base_dir=sf.path.parent, select_line=args.line)
         plan = plan_for_launch(launch, diag, version, **kw)
         unsafe = launch.unsafe
         if not unsafe:
@@ -115,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("--write needs the launch script", hint="swiftdoc patch train.sh --log train.log --write")
         if unsafe:
             if args.format == "text":
-                _print_text(plan, label, changed, unsafe, check, None)
+                _print_text(plan, label, changed, unsafe, check, None, spec=version, clue=run_.version_clue if run_ is not None else None)
             from diagnose.patch.edit import UnsafeEdit
 
             raise UnsafeEdit("not written: the script cannot be edited safely ("
@@ -130,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
             json.dump(_typed(out), sys.stdout, ensure_ascii=False, indent=1)
             sys.stdout.write("\n")
             return 0
-        _print_text(plan, label, changed, unsafe, check, None, show_diff=False)
+        _print_text(plan, label, changed, unsafe, check, None, show_diff=False, spec=version, clue=run_.version_clue if run_ is not None else None)
         if backups:
             for name, b in backups:
                 print(f"wrote {name} (backup: {b})")
@@ -141,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
         json.dump(_typed(out), sys.stdout, ensure_ascii=False, indent=1)
         sys.stdout.write("\n")
         return 0
-    _print_text(plan, label, changed, unsafe, check, new_command)
+    _print_text(plan, label, changed, unsafe, check, new_command, spec=version, clue=run_.version_clue if run_ is not None else None)
     if changed:
         print(f"Run again with --write to apply it (the original is kept as {args.script}{args.backup_suffix}).")
     return 0
@@ -169,10 +182,18 @@ def _command_line(plan, rc) -> str:
     return " ".join([*env, prog, sub, *(shlex.quote(t) for t in plan.argv)])
 
 
-def _print_text(plan, label, changed, unsafe, check, new_command, show_diff: bool = True) -> None:
+def _print_text(plan, label, changed, unsafe, check, new_command, show_diff: bool = True, spec: str | None = None,
+                clue: str | None = None) -> None:
+    from diagnose.parse.versions import version_words
     from diagnose.patch.render import flag_diff, other_sections, problems_text
 
-    print(f"swiftdoc patch: {label} -- ms-swift {plan.version} ({plan.version_source}), "
+    prefix = f"detected in the log ({clue})" if clue else None
+    if prefix and plan.version_source.startswith(prefix):  # the one wording of a detected version (parse.versions)
+        extra = plan.version_source[len(prefix):].lstrip(": ")
+        words = version_words(spec or plan.version, clue, plan.version) + (f"; {extra}" if extra else "")
+    else:
+        words = f"ms-swift {plan.version} ({plan.version_source})"
+    print(f"swiftdoc patch: {label} -- {words}, "
           f"{plan.command.replace('_', ' ')}")
     print()
     if plan.changes:

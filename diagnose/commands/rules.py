@@ -30,10 +30,20 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    rows = sorted(rules, key=lambda r: (r.category, r.id))
+    con = Console(highlight=False)
+    widths = [max([len(h)] + [len(getattr(r, k)) for r in rows]) for k, h in
+              (("id", "id"), ("slug", "slug"), ("category", "category"), ("severity", "severity"))]
+    if con.width - (sum(widths) + 4 * 3) < 24:  # too narrow for a summary column: ids and slugs are never cut
+        for r in rows:
+            con.print(f"{r.id:<{widths[0]}}  {r.slug}  ({r.category}, {r.severity})", soft_wrap=True)
+            con.print(f"    {r.summary}", soft_wrap=False)
+        return 0
     t = Table(show_edge=False)
-    for col in ("id", "slug", "category", "severity", "summary"):
-        t.add_column(col)
-    for r in sorted(rules, key=lambda r: (r.category, r.id)):
+    for col, w in zip(("id", "slug", "category", "severity"), widths):
+        t.add_column(col, no_wrap=True, min_width=w)  # the names --select takes are never cut
+    t.add_column("summary", overflow="fold")
+    for r in rows:
         t.add_row(r.id, r.slug, r.category, r.severity, r.summary)
-    Console(highlight=False).print(t)
+    con.print(t)
     return 0

@@ -58,8 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     tr.add_argument("--repeats", type=int, default=2, metavar="N", help="rounds before the first verdict (default 2); a "
                     "round runs every arm once in every slot (one trial per arm without --slots; 1 is allowed with "
                     "--slots 2 or more)")
-    tr.add_argument("--max-repeats", type=int, default=3, metavar="N",
-                    help="rounds at most; more are run only while the CI straddles the threshold (default 3)")
+    tr.add_argument("--max-repeats", type=int, default=None, metavar="N",
+                    help="rounds at most; more are run only while undecided: the CI straddles the threshold, or too few "
+                         "degrees of freedom (default 3; 6 with --slots, whose rounds decide in pairs of waves)")
     tr.add_argument("--min-effect", type=float, default=0.03, metavar="FRAC", help="smallest gain worth confirming (default 0.03)")
     tr.add_argument("--confidence", type=float, default=0.95, help="confidence of the interval (default 0.95)")
     tr.add_argument("--subset", default="auto", metavar="ROWS",
@@ -216,6 +217,8 @@ def run(args: argparse.Namespace) -> int:
     from diagnose.verify.sampling import probe_nvml
 
     min_rounds = 1 if (args.slots or 1) >= 2 or args.gpus_per_trial else 2  # a round runs every arm in every slot
+    if args.max_repeats is None:
+        args.max_repeats = max(args.repeats, 3 if min_rounds == 2 else 6)
     if args.repeats < min_rounds or args.max_repeats < args.repeats:
         raise UsageError(f"--repeats must be >= {min_rounds} and --max-repeats >= --repeats",
                          hint="with --slots N a round already gives every arm N trials" if min_rounds == 2 else None)

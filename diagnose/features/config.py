@@ -28,12 +28,27 @@ def _bool(v: Any) -> bool | None:
 
 
 def effective(ctx: Ctx, *names: str) -> Any:
+    script = ctx.options.script or {}
+    for n in names:
+        if script.get(n) is not None:
+            return script[n]
     for n in names:
         if n in ctx.run.settings:
             from diagnose.parse.args import typed
 
             return typed(ctx.run.settings[n])
     return ctx.flag(*names)
+
+
+def default_of(ctx: Ctx, feature_name: str, flag: str) -> Any:
+    """The version's default for `flag` (diagnose.effective), marking `feature_name` assumed when the text shows no
+    flags at all (the user may have changed it)."""
+    k = ctx.config.default(flag) if ctx.config is not None else None
+    if k is None:
+        return None
+    if k.assumed:
+        ctx.assumed.add(feature_name)
+    return k.value
 
 
 def _major(ctx: Ctx) -> str | None:
@@ -46,12 +61,12 @@ def _workers(ctx: Ctx):
     v = effective(ctx, "dataloader_num_workers", "num_workers")
     if isinstance(v, (int, float)):
         return int(v)
-    major = _major(ctx)
-    ver = ctx.run.swift_version or ""
-    if major == "3" and any(ver.startswith(p) for p in ("3.0", "3.1.", "3.2.")):
-        return 0  # HF default before 3.3
-    if major in ("2", "3", "4"):
-        return 1  # ms-swift default (None -> 1)
+    d = default_of(ctx, "dataloader_num_workers", "dataloader_num_workers")
+    if d is not None:
+        return int(d)
+    if _major(ctx) in ("2", "3", "4"):  # a version the tables do not pin down (3.x): ms-swift's usual None -> 1
+        ctx.assumed.add("dataloader_num_workers")
+        return 1
     return None
 
 
@@ -94,7 +109,13 @@ def _wc(ctx: Ctx):
 @feature("per_device_train_batch_size", "samples", "Micro-batch per device.", FAMILY)
 def _bs(ctx: Ctx):
     v = effective(ctx, "per_device_train_batch_size", "batch_size", "micro_batch_size")
-    return int(v) if isinstance(v, (int, float)) else (1 if _major(ctx) in ("3", "4") else None)
+    if isinstance(v, (int, float)):
+        return int(v)
+    d = default_of(ctx, "per_device_train_batch_size", "per_device_train_batch_size")
+    if d is None and _major(ctx) in ("3", "4"):
+        ctx.assumed.add("per_device_train_batch_size")
+        d = 1
+    return int(d) if isinstance(d, (int, float)) else None
 
 
 @feature("gradient_accumulation_steps", "steps", "Micro-batches per optimizer step (an 'iteration').", FAMILY)
@@ -157,6 +178,24 @@ def _ds(ctx: Ctx):
     return v if v else None
 
 
+@feature("zero_stage", "stage",
+         "DeepSpeed ZeRO stage (0 without DeepSpeed when the text shows the flags; None when the text does not say).",
+         FAMILY)
+def _zero(ctx: Ctx):
+    import re
+
+    v = ctx.flag("deepspeed")
+    if isinstance(v, dict):
+        st = v.get("zero_optimization", {}).get("stage")
+        return int(st) if isinstance(st, int) else None
+    if isinstance(v, str) and v.strip():
+        m = re.search(r"zero[_-]?(\d)", v.lower())
+        return int(m.group(1)) if m else None  # a config file's stage is not in the text
+    if ctx.config is not None and (ctx.config.shown or ctx.options.script is not None):
+        return 0
+    return None
+
+
 @feature("fsdp", "text", "FSDP setting (fsdp2, full_shard ...) or None.", FAMILY)
 def _fsdp(ctx: Ctx):
     v = ctx.flag("fsdp")
@@ -174,7 +213,6 @@ for _name, _flags, _doc in [
     ("streaming", ("streaming",), "The dataset is streamed (preprocessing on the critical path, 1 worker forced)."),
     ("packing", ("packing",), "Samples are packed into full-length rows."),
     ("padding_free", ("padding_free",), "Padding-free batching."),
-    ("gradient_checkpointing", ("gradient_checkpointing",), "Activations are recomputed in backward (saves memory, costs ~20-40% speed)."),
     ("fp16", ("fp16",), "fp16 mixed precision is on."),
     ("bf16", ("bf16",), "bf16 mixed precision is on."),
     ("use_liger_kernel", ("use_liger_kernel", "use_liger"), "Liger kernels are on."),
@@ -185,6 +223,25 @@ for _name, _flags, _doc in [
         return fn
 
     feature(_name, "bool", _doc, FAMILY)(_mk())
+
+
+@feature("gradient_checkpointing", "bool",
+         "Activations are recomputed in backward (saves memory, costs ~20-40% speed); the version's default when not given.",
+         FAMILY)
+def _gc(ctx: Ctx):
+    v = _bool(effective(ctx, "gradient_checkpointing"))
+    if v is not None:
+        return v
+    d = default_of(ctx, "gradient_checkpointing", "gradient_checkpointing")
+    return _bool(d) if d is not None else None
+
+
+@feature("ddp_timeout", "s", "Collective timeout (HF ddp_timeout, seconds) as given, else the version's default.", FAMILY)
+def _ddp_timeout(ctx: Ctx):
+    v = effective(ctx, "ddp_timeout")
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        v = default_of(ctx, "ddp_timeout", "ddp_timeout")
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 @feature("is_multimodal", "bool", "The model is multimodal (model_info is_multimodal, or image-pixel env lines).", FAMILY)

@@ -63,6 +63,37 @@ def _tb(ctx: Ctx):
     return text, [(last.file, c["line"]) for c in causes][-2:] + [_ref(last)]
 
 
+def _watchdog(ctx: Ctx):
+    evs = [e for e in _events(ctx, "nccl_timeout") if e.detail]
+    return evs[0] if evs else None
+
+
+@feature("collective_timeout_s", "s", "The timeout the NCCL watchdog reports for the collective it caught (Timeout(ms)).",
+         FAMILY)
+def _coll_timeout(ctx: Ctx):
+    e = _watchdog(ctx)
+    return (e.detail["timeout_s"], [_ref(e)]) if e is not None and e.detail.get("timeout_s") else None
+
+
+@feature("watchdog_op", "text", "The collective the NCCL watchdog caught: op, sequence number and the rank that reported it.",
+         FAMILY)
+def _watchdog_op(ctx: Ctx):
+    e = _watchdog(ctx)
+    if e is None:
+        return None
+    d = e.detail
+    parts = [d["op"]] if d.get("op") else []
+    if d.get("seq") is not None:
+        parts.append(f"#{d['seq']}")
+    if d.get("numel_in") is not None:
+        parts.append(f"{d['numel_in']} elements")
+    if d.get("rank") is not None:
+        parts.append(f"on rank {d['rank']}")
+    if d.get("ran_s"):
+        parts.append(f"after {d['ran_s']:.0f} s")
+    return (" ".join(parts), [_ref(e)]) if parts else None
+
+
 @feature("oom_capacity_gib", "GiB", "GPU capacity quoted by a CUDA OOM message ('total capacity of X GiB').", FAMILY)
 def _oom_cap(ctx: Ctx):
     for e in _events(ctx, "cuda_oom"):
@@ -94,9 +125,20 @@ def _phase_at(ctx: Ctx, line: int) -> str:
     saves = [c for c in run.checkpoints if c.get("line") and last_step_line < c["line"] < line]
     if saves:
         return "save"
-    if len(before) <= 1:
-        return "first_step"
-    return "mid_run"
+    steps_before = t["step"][t["line"] < line]
+    last_step = float(steps_before[-1]) if len(steps_before) else float("nan")
+    if last_step == last_step:  # the step counter decides: one row at step 500/1000 in an excerpt is mid-run
+        return "first_step" if last_step <= 1 else "mid_run"
+    return "first_step" if len(before) <= 1 else "mid_run"
+
+
+def _step_before(ctx: Ctx, line: int) -> int | None:
+    t = ctx.run.steps
+    if not len(t):
+        return None
+    steps = t["step"][t["line"] < line]
+    steps = steps[steps == steps]
+    return int(steps[-1]) if len(steps) else None
 
 
 @feature("oom_phase", "enum", "Where the first CUDA OOM happened: before_step_1, first_step, mid_run, eval, save, or not_shown (an excerpt without the start or any step).", FAMILY)
@@ -105,6 +147,15 @@ def _oom_phase(ctx: Ctx):
     if not evs:
         return None
     return _phase_at(ctx, evs[0].line), [_ref(evs[0])]
+
+
+@feature("oom_after_step", "step", "The last training step logged before the first CUDA OOM.", FAMILY)
+def _oom_after(ctx: Ctx):
+    evs = _events(ctx, "cuda_oom")
+    if not evs:
+        return None
+    st = _step_before(ctx, evs[0].line)
+    return (st, [_ref(evs[0])]) if st is not None else None
 
 
 @feature("stop_signal", "text", "Signal that ended the run (SIGTERM, SIGHUP, SIGINT, SIGKILL) when the logs say so.", FAMILY)

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from diagnose.effective import EffectiveConfig
 from diagnose.models import Run
 
 
@@ -54,6 +55,9 @@ class Options:
     gpu: str | None = None  # --gpu name, e.g. A100-80GB
     cpu_cores: int | None = None  # machine cores for worker suggestions (default: this machine when attached)
     live: bool = False  # the job is still running (attach)
+    script: dict[str, Any] | None = None  # the launch script's flag values (patch): they win over the log's
+    script_label: str | None = None
+    script_lines: dict[str, int] | None = None
 
 
 @dataclass
@@ -64,11 +68,18 @@ class Ctx:
     options: Options
     values: dict[str, Any] = field(default_factory=dict)
     lines: dict[str, list[tuple[str | None, int]]] = field(default_factory=dict)
+    config: EffectiveConfig | None = None  # the run's effective flag values (diagnose.effective)
+    assumed: set[str] = field(default_factory=set)  # features whose value is only a default the text does not show
 
     def get(self, name: str) -> Any:
         return self.values.get(name)
 
     def flag(self, *names: str) -> Any:
+        """A flag's value as given (the launch script being patched, else the log's argv/args), no defaults."""
+        script = self.options.script or {}
+        for n in names:
+            if script.get(n) is not None:
+                return script[n]
         flags = self.run.launch.flags
         for n in names:
             if n in flags and flags[n] is not None:
@@ -84,6 +95,8 @@ class Features:
     # (file, line) of events that only imply their kind (a cut message, SIGKILL for the OOM killer) -> what is missing
     probable_lines: dict[tuple[str | None, int], str] = field(default_factory=dict)
     line_file: str | None = None  # the capture bare line numbers point into
+    config: EffectiveConfig | None = None  # the run's effective flag values: remedies are resolved against them
+    assumed: set[str] = field(default_factory=set)  # features that hold a default the text does not show
 
     def get(self, name: str) -> Any:
         return self.values.get(name)
@@ -102,7 +115,9 @@ def _clean(v: Any) -> Any:
 
 def compute_features(run: Run, samples: dict[str, Any] | None = None, host: dict[str, Any] | None = None,
                      options: Options | None = None) -> Features:
-    ctx = Ctx(run, samples, host, options or Options())
+    opts = options or Options()
+    ctx = Ctx(run, samples, host, opts)
+    ctx.config = EffectiveConfig.of(run, opts.script, opts.script_label, opts.script_lines)
     notes: list[str] = []
     for f in ordered():
         try:
@@ -118,7 +133,7 @@ def compute_features(run: Run, samples: dict[str, Any] | None = None, host: dict
         ctx.values[f.name] = _clean(val)
     probable = {(e.file, e.line): e.detail.get("missing") or _MISSING for e in run.events
                 if e.detail.get("confidence") in ("probable", "weak")}
-    return Features(ctx.values, ctx.lines, notes, probable, run.line_file)
+    return Features(ctx.values, ctx.lines, notes, probable, run.line_file, ctx.config, set(ctx.assumed))
 
 
 _MISSING = "the decisive message is cut or only implies the category (its full line is not in the text)"

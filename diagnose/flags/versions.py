@@ -124,3 +124,46 @@ def pick_version(spec: str) -> str:
         return below[-1]
     # same patch level with an unknown .post, or older than every table of the line
     return line[0]
+
+
+def versions_in(spec: str | None) -> list[str]:
+    """Every table version a detected version spec may be (oldest first); [] when the spec says nothing.
+
+    ``"4.6.0"`` -> [4.6.0]; ``"4.x"`` -> every 4.x table; ``"3.8-3.12.4"`` -> 3.8.3 .. 3.12.4 (the lower bound's
+    minor line up to the table of the upper bound); ``"3.x-4.x"`` -> every 3.x and 4.x table; ``"4.6+"`` -> 4.6.0
+    and newer 4.x tables.  Used where a value must hold in *every* version the text may come from (a flag's default).
+    """
+    if not spec or not isinstance(spec, str):
+        return []
+    known = list(_available())
+    s = spec.strip().lower().lstrip('v')
+    pieces = [p for p in _RANGE_SEP.split(s) if p]
+    try:
+        if len(pieces) == 2:
+            lo_s, hi_s = pieces
+        elif s.endswith('+') or s.startswith('>='):
+            lo_s, hi_s = s.rstrip('+').lstrip('>=').strip(), None
+        else:
+            lo_s = hi_s = s
+        lo_parts = re.sub(r'\.(x|\*)$', '', lo_s.strip().lstrip('v')).split('.')
+        lo = tuple(int(p) for p in lo_parts[:2] if p.isdigit())
+        hi = pick_version(hi_s) if hi_s is not None else None
+    except (ValueError, UnknownVersion):
+        return []
+    if not lo:
+        return []
+    out = [v for v in known if vkey(v)[:len(lo)] >= lo]
+    if hi_s is not None and len(pieces) != 2 and not (s.endswith('+') or s.startswith('>=')):
+        # a single spec: an exact version is one table; "4.x" / "3.7" every table of that major / minor line
+        if re.match(r'^\d+\.\d+\.\d+', lo_s.strip().lstrip('v')):
+            return [hi] if hi else []
+        return [v for v in known if vkey(v)[:len(lo)] == lo]
+    if hi is not None:
+        hi_major = vkey(hi)[0]
+        if re.search(r'^\d+(\.(x|\*))?$', hi_s.strip().lstrip('v')):  # "4.x" as an upper bound: all of that major
+            out = [v for v in out if vkey(v)[0] <= hi_major]
+        else:
+            out = [v for v in out if vkey(v) <= vkey(hi)]
+    else:
+        out = [v for v in out if vkey(v)[0] == lo[0]]
+    return out

@@ -74,10 +74,11 @@ def _scan_stdout(name: str, source: bytes | Path, run: Run) -> _StdoutResult:
         other = np.flatnonzero(~scan.dict_line_mask)
         for i in sorted(odd | set(other.tolist())) if odd else other.tolist():
             raw = block[starts[i] : ends[i]]
-            if len(raw) > _MAX_TEXT_LINE:
-                raw = raw[: _MAX_TEXT_LINE // 2] + b" ... " + raw[-_MAX_TEXT_LINE // 2 :]
-            text = _decode(raw).rstrip("\r")
             lineno = base + i + 1
+            if len(raw) > _MAX_TEXT_LINE:
+                _long_line(res, run, name, lineno, raw)
+                continue
+            text = _decode(raw).rstrip("\r")
             if i in odd:
                 _odd_dict(res, text, block, starts, ends, i, lineno)
                 continue
@@ -97,6 +98,27 @@ def _scan_stdout(name: str, source: bytes | Path, run: Run) -> _StdoutResult:
     for lineno, d in res.info.step_dicts:
         res.rows.add_dict(d, lineno)
     return res
+
+
+def _long_line(res: _StdoutResult, run: Run, name: str, lineno: int, raw: bytes) -> None:
+    """A physical line over _MAX_TEXT_LINE bytes: `\r`-joined records (tqdm, or dicts a terminal overwrote) are split
+    and each read whole; a single record that is still too long is read at its head and tail, and a note says so."""
+    frags = [f for f in raw.split(b"\r") if f.strip()] if b"\r" in raw else [raw]
+    cut = 0
+    for frag in frags:
+        if len(frag) > _MAX_TEXT_LINE:
+            cut += 1
+            frag = frag[: _MAX_TEXT_LINE // 2] + b" ... " + frag[-_MAX_TEXT_LINE // 2 :]
+        text = _decode(frag)
+        body, rank = strip_paste(text)
+        if is_fence(body):
+            continue
+        res.info.feed(lineno, text)
+        res.events.feed(lineno, body, rank)
+        res.failures.feed(lineno, body)
+    if cut:
+        run.notes.append(f"{name}:{lineno}: a line of {len(raw) / 1e6:.1f} MB with no record separator: only its "
+                         f"first and last {_MAX_TEXT_LINE // 2000} kB were read")
 
 
 def _size(path: Path) -> int:

@@ -86,3 +86,22 @@ def detect_version(clues: dict[str, Any]) -> tuple[str | None, str | None]:
     if "args.json" in files:
         return "3.x-4.x", "args.json in the output dir"
     return None, None
+
+
+_EXACT_CLUES = ("log line `swift.__version__", "args.json swift_version")
+
+
+def version_words(spec: str | None, clue: str | None, table: str | None = None, short: bool = False) -> str:
+    """The one wording of a detected ms-swift version, for every command: exact when ms-swift printed it (its
+    version line, args.json), else the range the log's format allows, hedged with the clue; `table` adds the flag
+    table patch/lint/verify use for it when that differs ("ms-swift 3.8-3.12.4 (by the log's format: ...; flags of
+    3.12.4)")."""
+    if not spec:
+        base = "ms-swift (version not shown)"
+    elif clue and clue.startswith(_EXACT_CLUES):
+        base = f"ms-swift {spec}"
+    else:
+        base = f"ms-swift {spec} (by the log's format" + (f": {clue}" if clue and not short else "") + ")"
+    if table and table != spec:
+        base += f", flags of {table}"
+    return base

@@ -513,6 +513,9 @@ def _break_reason(script: Script, prev: SimpleCommand) -> str:
     if prev.ended_by_comment:
         return "a comment after a `\\` continuation ends it; move the comment above the command"
     if prev.words and prev.words[-1].escaped_space_only:
-        return ("`\\` is followed by a blank, so it escapes the blank instead of continuing the line; move the "
-                "comment above the command")
+        w = prev.words[-1]
+        nl = script.text.find("\n", w.end)
+        rest = script.text[w.end: nl if nl >= 0 else len(script.text)]
+        fix = "move the comment above the command" if rest.lstrip().startswith("#") else "remove the blanks after the `\\`"
+        return f"`\\` is followed by a blank, so it escapes the blank instead of continuing the line; {fix}"
     return "that line does not end with `\\`"

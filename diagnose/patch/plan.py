@@ -45,6 +45,7 @@ from diagnose.parse.values import to_number
 from diagnose.patch.argv import Occurrence, occurrence_value, resolve_occurrences, split_argv
 from diagnose.patch.checks import TORCHRUN_ENV, check_combos, check_flags, spell_for
 from diagnose.patch.models import Advice, Change, PatchPlan, Problem, Request, stricter
+from diagnose.remedies import same_value, satisfies
 
 SAFE_FLAGS = {"dataloader_num_workers", "num_workers", "dataset_num_proc", "preprocess_num_proc", "attn_impl",
               "use_flash_attn", "attention_backend", "dataloader_pin_memory", "dataloader_persistent_workers",
@@ -378,22 +379,21 @@ class _Planner:
         self.plan.changes.append(ch)
 
     def effective_value(self, field: str, concept: str) -> Any:
+        """The value the job runs with when the argv does not give it: the logged value, else the version's default
+        (diagnose.effective, the one home for defaults)."""
         for k in (field, concept):
             if k in self.effective and self.effective[k] is not None:
                 return self.effective[k]
-        spec = self.table.specs(self.cmd).get(field)
-        if spec is not None and spec.default is not None and spec.default_expr is None:
-            return spec.default
-        major = int(self.v.split(".")[0])
-        if concept in ("dataloader_num_workers",):
-            return 0 if self.v.startswith(("3.0.", "3.1.", "3.2.")) else 1
-        if concept == "dataset_num_proc":
-            return 1
-        if concept in ("learning_rate", "lr") and major >= 3:
-            tuner = self.state.values().get(spell_for("tuner_type", self.table, self.cmd) or "tuner_type")
-            tuner = tuner or self.effective.get("tuner_type") or self.effective.get("train_type") or "lora"
-            return 1e-5 if str(tuner) == "full" else 1e-4
-        return None
+        from diagnose.effective import EffectiveConfig
+
+        vals = {k: v for k, v in self.state.values().items() if v is not None}
+        cfg = EffectiveConfig(trainer="ms-swift", version=self.v, versions=[self.v], command=self.cmd,
+                              world_size=self.world_size)
+        from diagnose.effective import Known
+
+        cfg.values = {k: Known(v, "argv", "the argv") for k, v in {**self.effective, **vals}.items() if v is not None}
+        k = cfg.default(field) or cfg.default(concept)
+        return None if k is None else k.value
 
     # -- lint fixes
     def apply_findings(self, findings: list, level: str) -> None:
@@ -506,7 +506,7 @@ class _Planner:
                 self.problem(f"{req.rule}: {op.op} needs a number for --{flag} (got {target!r})", severity="warning",
                              flag=f"--{flag}", code="value")
                 return
-            if cn is not None and ((op.op == "at_least" and cn >= tn) or (op.op == "at_most" and cn <= tn)):
+            if cn is not None and satisfies(op.op, tn, cn, concept):
                 self.plan.unchanged.append(f"{req.rule}: --{flag} is {fmt_value(cur)} (want {op.op.replace('_', ' ')} "
                                            f"{fmt_value(target)})")
                 return
@@ -559,15 +559,10 @@ class _Planner:
     def _satisfied(self, concept: str, flag: str, spec: Any, cur: Any, target: Any) -> bool:
         if cur is None:
             return False
-        if concept == "attn_impl" and isinstance(target, str) and "flash" in target:
-            return isinstance(cur, str) and "flash" in cur.lower() or cur is True
-        if isinstance(target, bool) or (spec is not None and spec.type == "bool"):
-            tb = target if isinstance(target, bool) else string_to_bool(str(target))
-            cb = cur if isinstance(cur, bool) else string_to_bool(str(cur))
-            return tb is not None and tb == cb
-        cn, tn = _num(cur), _num(target)
-        if cn is not None and tn is not None:
-            return math.isclose(cn, tn, rel_tol=1e-12)
+        if spec is not None and spec.type == "bool" and not isinstance(target, bool):
+            target = string_to_bool(str(target))
+        if same_value(concept, cur, target):  # diagnose.remedies: the comparison analyze uses too
+            return True
         rendered = self.render(concept, flag, spec, target)
         cur_r = self.render(concept, flag, spec, cur)
         return rendered is not None and rendered == cur_r
@@ -753,8 +748,13 @@ class _Planner:
         ga, ga_where, ga_occ, ga_flag = self._ga()
         if ga is None:
             ga = self._default_ga(cur_i)
-        new_ga = math.ceil(ga * cur_i / new_bs)
-        exact = new_ga * new_bs == ga * cur_i
+        from diagnose.batch import halved_keep_global
+
+        if new_bs == max(1, cur_i // 2):
+            _, new_ga, exact = halved_keep_global(cur_i, ga, world)
+        else:  # the logged batch was already halved once: scale to the target, not to half of the current value
+            new_ga = math.ceil(ga * cur_i / new_bs)
+            exact = new_ga * new_bs == ga * cur_i
         g0, g1 = cur_i * ga * world, new_bs * new_ga * world
         note = (f"global batch {cur_i}×{ga}×{world} = {g0} -> {new_bs}×{new_ga}×{world} = {g1} samples per optimizer "
                 f"step ({'kept' if exact else 'as close as whole numbers allow'}); the same samples per step, "

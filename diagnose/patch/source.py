@@ -164,6 +164,39 @@ def effective_from_argv(argv: list[str], version: str, command: str = "sft") -> 
     return {o.field: occurrence_value(o, specs.get(o.field)) for o in occs if o.field}
 
 
+def script_values(launch: Launch, version: str) -> tuple[dict[str, Any], dict[str, int], int | None]:
+    """The launch script's flag values (field -> value, the last occurrence wins), the line of each, and the world
+    size its NPROC_PER_NODE x NNODES give: what the analysis resolves remedies against when patching a script.
+    A value the script takes from a shell expansion it does not define is left out (unknown, not guessed)."""
+    from diagnose.flags import table_for
+    from diagnose.parse.args import typed
+    from diagnose.patch.argv import occurrence_value, resolve_occurrences, split_argv
+
+    table = table_for(version)
+    cmd = launch.subcommand if table.has_command(launch.subcommand) else "sft"
+    _, occs = split_argv(launch.argv)
+    resolve_occurrences(occs, table, cmd)
+    specs = table.specs(cmd)
+    vals: dict[str, Any] = {}
+    lines: dict[str, int] = {}
+    for o in occs:
+        if not o.field or any("$" in v or "`" in v for v in o.values):
+            continue
+        v = occurrence_value(o, specs.get(o.field))
+        vals[o.field] = typed(v) if isinstance(v, str) else v
+        src = launch.sources[o.index] if o.index < len(launch.sources) else None
+        if src is not None and src.line:
+            lines[o.field] = src.line
+    world = None
+    try:
+        n = int(launch.env["NPROC_PER_NODE"].value) if "NPROC_PER_NODE" in launch.env else None
+        nn = int(launch.env["NNODES"].value) if "NNODES" in launch.env else 1
+        world = n * nn if n else None
+    except (ValueError, TypeError):
+        world = None
+    return vals, lines, world
+
+
 def effective_from_run(run: Run) -> dict[str, Any]:
     from diagnose.parse.args import typed
 

@@ -11,7 +11,7 @@ from rich.text import Text
 
 from diagnose.diagnosis import Diagnosis
 from diagnose.models import Run
-from diagnose.render.ops_text import op_lines
+from diagnose.render.ops_text import op_lines, remedy_heading
 from diagnose.render.run_text import TRAINER_NAMES
 
 _STYLE = {"error": "bold red", "warning": "bold yellow", "info": "cyan"}
@@ -19,7 +19,11 @@ _EFFECT = {"safe": "green", "changes-training": "yellow", "advice": "dim"}
 
 
 def _run_line(run: Run) -> str:
-    if run.recognized:
+    if run.recognized and run.trainer in ("ms-swift", "ms-swift-megatron"):
+        from diagnose.parse.versions import version_words
+
+        parts = [version_words(run.swift_version, run.version_clue, short=True).replace("ms-swift", TRAINER_NAMES.get(run.trainer, run.trainer), 1)]
+    elif run.recognized:
         parts = [f"{TRAINER_NAMES.get(run.trainer, run.trainer)} {run.swift_version or '?'}"]
     else:
         parts = [TRAINER_NAMES.get(run.trainer, run.trainer) if run.trainer != "unknown" else "trainer not recognised"]
@@ -84,11 +88,15 @@ def print_diagnosis(diag: Diagnosis, run: Run, console: Console | None = None, v
             c.print(Text(f"  lines: {', '.join(str(x) for x in nums[:8])}" + (" …" if len(nums) > 8 else "")
                          + f"  ({src})", style="dim"))
         for r in f.remedies:
-            c.print(Text.assemble(("  → ", ""), (f"[{r.effect}] ", _EFFECT.get(r.effect, "")), (r.title, "")))
+            head = remedy_heading(r)
+            done = r.status == "already"
+            c.print(Text.assemble(("  → ", ""), (f"[{r.effect}] ", "dim" if done else _EFFECT.get(r.effect, "")),
+                                  (r.title, "dim" if done else ""), (f"  ({head})" if head else "", "italic")))
             for op in r.ops:
                 for ln in op_lines(op):
-                    c.print(Text(f"      {ln}", style="green" if ln.startswith("+") else "red" if ln.startswith("-") else ""))
-            if r.note:
+                    c.print(Text(f"      {ln}", style="green" if ln.startswith("+") else "red" if ln.startswith("-")
+                                 else "dim" if ln.startswith(("=", "?")) else ""))
+            if r.note and not done:
                 c.print(Text(f"      {r.note}", style="dim"))
         c.print()
     hidden = len(diag.findings) - len(shown)

@@ -1,7 +1,11 @@
 """`--plot FILE.png`: timeline of interval step time, memory, grad_norm and loss with findings marked.
 
 Contract: `plot_timeline(run, diag, path)`; imports matplotlib (Agg) only here and
-raises EnvironmentMissing with an install hint when it is absent.  A finding is
+raises EnvironmentMissing with an install hint when it is absent.  `check_plot_target(path)`
+is called before any analysis: a folder that does not exist, a path that is a folder, an
+unwritable folder or an image type matplotlib cannot write is a UsageError (exit 2), a
+missing matplotlib EnvironmentMissing (exit 3) whose hint fits the way swiftdoc was
+installed (`install_hint`).  A finding is
 drawn at the step where it happened: its first event line (an OOM after step 60
 is at step 60), else its first step row; configuration findings hold for the whole
 run and are listed apart, not drawn at a step.  nan/inf steps are marked, and a
@@ -37,6 +41,50 @@ def where_it_happened(run: Run, f) -> float | None:
     return _step_at_line(run, min(ev) if ev else min(f.lines))
 
 
+_FORMATS = {".png", ".svg", ".pdf", ".jpg", ".jpeg", ".eps", ".ps", ".tif", ".tiff", ".webp"}
+
+
+def install_hint(extra: str, package: str) -> str:
+    """How to add an extra to *this* swiftdoc install: an editable checkout, or a wheel / git install."""
+    try:
+        import json
+        from importlib.metadata import PackageNotFoundError, distribution
+
+        try:
+            text = distribution("swiftdoc").read_text("direct_url.json") or ""
+        except PackageNotFoundError:
+            text = ""
+        info = json.loads(text) if text else {}
+        if info.get("dir_info", {}).get("editable") and str(info.get("url", "")).startswith("file://"):
+            return f"pip install -e '{info['url'][7:]}[{extra}]' (or: pip install {package})"
+    except (OSError, ValueError):
+        pass
+    return f"pip install {package}"
+
+
+def check_plot_target(path: str) -> None:
+    """Fail before the analysis, in one line, when the plot cannot be written."""
+    import importlib.util
+    import os
+    from pathlib import Path
+
+    from diagnose.errors import UsageError
+
+    p = Path(path)
+    if p.suffix.lower() not in _FORMATS:
+        raise UsageError(f"--plot {path}: not an image file name", hint="e.g. --plot timeline.png (png, svg, pdf)")
+    if p.is_dir():
+        raise UsageError(f"--plot {path}: is a folder", hint="give a file name, e.g. --plot timeline.png")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise UsageError(f"--plot {path}: the folder {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"--plot {path}: the folder {parent} is not writable")
+    if importlib.util.find_spec("matplotlib") is None:
+        raise EnvironmentMissing("--plot needs matplotlib, which is not installed",
+                                 hint=install_hint("plot", "matplotlib"))
+
+
 def plot_timeline(run: Run, diag: Diagnosis, path: str) -> None:
     try:
         import matplotlib
@@ -44,7 +92,7 @@ def plot_timeline(run: Run, diag: Diagnosis, path: str) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise EnvironmentMissing("--plot needs matplotlib", hint="pip install matplotlib (or pip install -e '.[plot]')") from None
+        raise EnvironmentMissing("--plot needs matplotlib", hint=install_hint("plot", "matplotlib")) from None
     t = run.steps
     panels = [("interval_s", "s / step (interval)"), ("memory_gib", "memory (GiB, reserved)"),
               ("grad_norm", "grad_norm"), ("loss", "loss")]

@@ -143,22 +143,39 @@ def _used(ts: list[TrialResult]) -> list[TrialResult]:
     return [t for t in ts if t.status == "ok" and not t.replaced]
 
 
+def _one_sided(trials: list[TrialResult]) -> set[Any]:
+    """Waves in which some trials were disturbed and others not: the disturbance did not hit the wave as a whole."""
+    by: dict[Any, set[bool]] = {}
+    for t in trials:
+        if t.wave is not None:
+            by.setdefault(t.wave, set()).add(bool(t.disturbed))
+    return {w for w, kinds in by.items() if len(kinds) > 1}
+
+
 def judge(base: list[TrialResult], arm: list[TrialResult], opts: VerifyOptions, blocked: bool = False) -> Comparison:
     """compare() over the trials used; a decisive verdict must also hold without the disturbed trials.
-    `blocked`: the trials ran in several slots: the slot is a block (`stats.compare_blocked`)."""
+    `blocked`: the trials ran in several slots, side by side: the slot and the wave are blocks
+    (`stats.compare_blocked`); a disturbance that hit a whole wave drops out with the wave, so only waves that
+    were disturbed on one side are left out for the check."""
     from diagnose.verify.stats import compare_blocked
 
     def cmp_of(b: list[TrialResult], a: list[TrialResult]) -> Comparison:
         if blocked:
-            return compare_blocked([(t.slot, t.samples_per_s) for t in b], [(t.slot, t.samples_per_s) for t in a],
-                                   opts.confidence, opts.min_effect)
+            return compare_blocked([(t.slot, t.samples_per_s, t.wave) for t in b],
+                                   [(t.slot, t.samples_per_s, t.wave) for t in a], opts.confidence, opts.min_effect)
         return compare([t.samples_per_s for t in b], [t.samples_per_s for t in a], opts.confidence, opts.min_effect)
 
     b, a = _used(base), _used(arm)
     cmp = cmp_of(b, a)
     if cmp.verdict not in ("confirmed", "worse") or not any(t.disturbed for t in b + a):
         return cmp
-    cb, ca = [t for t in b if not t.disturbed], [t for t in a if not t.disturbed]
+    if blocked:
+        lopsided = _one_sided(b + a)
+        if not lopsided:
+            return cmp
+        cb, ca = [t for t in b if t.wave not in lopsided], [t for t in a if t.wave not in lopsided]
+    else:
+        cb, ca = [t for t in b if not t.disturbed], [t for t in a if not t.disturbed]
     clean = cmp_of(cb, ca)
     if clean.verdict == cmp.verdict:
         return cmp
@@ -196,8 +213,10 @@ def run_verify(job: Job, variants: list[Variant], options: VerifyOptions, runner
     t_start = time.monotonic()
     comparisons: dict[str, Comparison] = {}
     stop_reason = ""
+    stopped = ""
     reruns = [0]
     counter = [0]
+    wave_no = [0]
     prog.plan(labels, opts.repeats, opts.max_repeats, opts.max_steps)
 
     def order_for(rnd: int) -> list[Variant]:
@@ -230,8 +249,10 @@ def run_verify(job: Job, variants: list[Variant], options: VerifyOptions, runner
             starts.append(time.monotonic() - t_start)
             handles.append(executor.submit(spec, prog.step))
         results = executor.wait(handles)
+        wave_no[0] += 1
         for (v, _rnd, _slot), spec, res, t0 in zip(jobs, specs, results, starts):
             res.slot, res.executor = spec.slot, executor.name
+            res.wave = wave_no[0]
             res.start_s = round(t0, 3)
             res.end_s = round(t0 + (res.wall_s or 0.0), 3)
             if not opts.keep:
@@ -240,6 +261,12 @@ def run_verify(job: Job, variants: list[Variant], options: VerifyOptions, runner
             trials[v.label].append(res)
             prog.end(res)
         hit = [r for r in results if r.status == "ok" and r.disturbed]
+        if len(jobs) > 1 and len(hit) == len(results):
+            # side by side, every trial of the wave was disturbed alike: the wave is a block of the comparison, and
+            # the disturbance drops out with it; running it again would only wait for a quiet machine
+            prog.note(f"wave of trial(s) {', '.join(str(r.index) for r in results)} ran while other processes were "
+                      "busy; they hit every trial of the wave, which the comparison takes out (the wave is a block)")
+            return results
         if hit and all(r.status == "ok" for r in results) and reruns[0] + len(jobs) <= opts.max_reruns * len(jobs):
             # the whole wave again, not the disturbed trial alone: a trial re-run with its slot neighbours idle would
             # run faster than the trials it is compared with (shared memory bandwidth and caches)
@@ -270,6 +297,7 @@ def run_verify(job: Job, variants: list[Variant], options: VerifyOptions, runner
                 if stop_reason:
                     break
             if stop_reason or base_v.label in failed or (patched_v.label in failed and len(variants) == 2):
+                stopped = stop_reason or "a trial failed"
                 break
             comparisons = {}
             for v in variants[1:]:
@@ -285,9 +313,19 @@ def run_verify(job: Job, variants: list[Variant], options: VerifyOptions, runner
             if rnd < opts.repeats:
                 continue
             open_ = [k for k in open_arms(comparisons, opts.min_effect) if k not in dropped]
-            if not open_ or rnd >= opts.max_repeats or not comparisons:
+            if not comparisons:
+                stopped = "no comparison could be made"
                 break
-            prog.note(f"CI still straddles the threshold for {', '.join(open_)}: one more round")
+            if not open_:
+                stopped = f"decided after {rnd} round(s)"
+                break
+            if rnd >= opts.max_repeats:
+                stopped = (f"still undecided after {rnd} round(s): the limit (--max-repeats {opts.max_repeats}); "
+                           "more rounds, or a quieter machine, would narrow the interval")
+                break
+            short = [k for k in open_ if comparisons[k].more]
+            prog.note((f"{', '.join(short)}: too few degrees of freedom for a verdict yet" if short else
+                       f"CI still straddles the threshold for {', '.join(open_)}") + ": one more round")
     finally:
         try:
             executor.close()
@@ -296,8 +334,10 @@ def run_verify(job: Job, variants: list[Variant], options: VerifyOptions, runner
                 shutil.rmtree(workdir, ignore_errors=True)
 
     if opts.sweep:
-        return _sweep_report(job, variants, opts, trials, all_trials, failed, dropped, comparisons, slots, warmup,
-                             workdir, t_start, stop_reason)
+        rep = _sweep_report(job, variants, opts, trials, all_trials, failed, dropped, comparisons, slots, warmup,
+                            workdir, t_start, stop_reason)
+        rep.stopped_because = stopped or None
+        return rep
     # -------------------------------------------------------------- the report
     base_sum = summarize_arm(base_v, trials[base_v.label], job)
     patched_sum = summarize_arm(patched_v, trials[patched_v.label], job)
@@ -367,7 +407,8 @@ def run_verify(job: Job, variants: list[Variant], options: VerifyOptions, runner
                   "trial_flags": "--max_steps N --logging_steps 1 --save_strategy no --eval_strategy no "
                                  "--report_to none --output_dir <temp> --check_model false",
                   "workdir": str(workdir) if opts.keep else None, "slots": [sl.name for sl in slots]},
-        sampler=opts.sampler_note, notes=notes, elapsed_s=round(time.monotonic() - t_start, 1))
+        sampler=opts.sampler_note, notes=notes, elapsed_s=round(time.monotonic() - t_start, 1),
+        stopped_because=stopped or None)
 
 
 def _slot_rows(all_trials: list[TrialResult], slots: list[Any]) -> list[SlotRow]:

@@ -94,6 +94,7 @@ class TrialResult(BaseModel):
     notes: list[str] = Field(default_factory=list)
     failure: Failure | None = None
     slot: str = "all"  # the device set it ran on: "gpu:0,1", "cpu:1"; "all" without --slots
+    wave: int | None = None  # the trials that ran at the same time share a wave (a block of the comparison)
     executor: str = "local"  # "local" (a subprocess here) or "ray" (a Ray task)
     start_s: float | None = None  # seconds since verify started
     end_s: float | None = None
@@ -188,3 +189,4 @@ class VerifyReport(BaseModel):
     sampler: str | None = None  # how GPU metrics were sampled, or why not
     notes: list[str] = Field(default_factory=list)
     elapsed_s: float | None = None
+    stopped_because: str | None = None  # why the experiment ran no more rounds (decided, the round limit, a failure)

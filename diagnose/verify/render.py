@@ -105,8 +105,10 @@ def _settings_text(r: VerifyReport) -> str:
     what = " / ".join(order.replace(" per round", "").split()) if order.endswith(" per round") else order
     slots = s.get("slots") or []
     where = f" in {len(slots)} slots ({', '.join(slots)})" if len(slots) > 1 else ""
+    limit = f" (limit {s['max_repeats']})" if s.get("max_repeats") else ""
+    why = f"; stopped: {r.stopped_because}" if r.stopped_because else ""
     return (f"{s.get('max_steps')} steps per trial ({s.get('warmup_steps')} warm-up dropped){sub}; "
-            f"{s.get('rounds')} round(s) of {what}{where}; min effect {r.min_effect:.0%}")
+            f"{s.get('rounds')} round(s){limit} of {what}{where}; min effect {r.min_effect:.0%}{why}")
 
 
 def print_report(r: VerifyReport, console: Any) -> None:
@@ -201,7 +203,7 @@ def report_markdown(r: VerifyReport) -> str:
             f"- trials: {_settings_text(r)}",
             f"- metric: samples/s = global batch / median interval s/step after warm-up; gain = mean(patched) / "
             f"mean(baseline) - 1; {r.confidence:.0%} CI: "
-            + ("least squares on log samples/s, arm + slot (the slot as a block), t" if r.slots else
+            + ("least squares on log samples/s, arm + slot + wave (slot and wave as blocks), t" if r.slots else
                "Welch t on the log ratio") + (f" (df {r.df:.1f})" if r.df else ""), ""]
     out += ["| " + " | ".join(TRIAL_COLUMNS) + " |", "|" + "---|" * len(TRIAL_COLUMNS)]
     for t in r.trials:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -212,47 +213,72 @@ def _verdict(gain: float, lo: float, hi: float, min_effect: float) -> tuple[str,
 _MIN_BLOCKED_DF = 3  # a decisive verdict over slots needs at least this many residual degrees of freedom
 
 
-def compare_blocked(baseline: Sequence[tuple[str, float]], patched: Sequence[tuple[str, float]],
+def compare_blocked(baseline: Sequence[tuple], patched: Sequence[tuple],
                     confidence: float = 0.95, min_effect: float = 0.03) -> Comparison:
     """Trials that ran in several slots (device sets), the slot as a block: log samples/s = arm + slot + noise,
     fitted by least squares; the gain is exp(arm effect) - 1, its CI a t interval with the residual degrees of
-    freedom (n - arms - slots + 1).  A slot that is consistently slower costs one degree of freedom instead of
-    widening (or, adjusted naively, narrowing) the interval.  Falls back to `compare` when the slots cannot be
-    told from the arms (a slot that ran only one arm).  A confirmed or worse verdict needs at least 3 residual
-    degrees of freedom (two rounds in two slots): below that it is `not_confirmed`, with its interval, and the
-    experiment runs another round when it may."""
-    rows = [(0.0, s, math.log(v)) for s, v in baseline if v is not None and math.isfinite(v) and v > 0]
-    rows += [(1.0, s, math.log(v)) for s, v in patched if v is not None and math.isfinite(v) and v > 0]
+    freedom (n - rank of the design).  A slot that is consistently slower costs one degree of freedom instead of
+    widening (or, adjusted naively, narrowing) the interval.  Items are (slot, samples/s) or (slot, samples/s,
+    wave): with waves (the trials that ran at the same time, one per slot), the wave is a block too (log samples/s
+    = arm + slot + wave): whatever the machine did during a wave (another user's job, a busy disk) hits every
+    trial of that wave and drops out of the comparison, at one degree of freedom per wave.  Falls back to
+    `compare` when the slots cannot be told from the arms (a slot that ran only one arm).  A confirmed or worse
+    verdict needs at least 3 residual degrees of freedom: below that it is `not_confirmed`, with its interval, and
+    `more` says the experiment should run another round."""
+    def norm(items: Sequence[tuple], arm: float) -> list[tuple[float, str, Any, float]]:
+        out = []
+        for it in items:
+            slot, v = it[0], it[1]
+            wave = it[2] if len(it) > 2 else None
+            if v is not None and math.isfinite(v) and v > 0:
+                out.append((arm, slot, wave, math.log(v)))
+        return out
+
+    rows = norm(baseline, 0.0) + norm(patched, 1.0)
     nb, np_ = sum(1 for r in rows if r[0] == 0.0), sum(1 for r in rows if r[0] == 1.0)
     slots = sorted({r[1] for r in rows})
-    plain = compare([v for _s, v in baseline], [v for _s, v in patched], confidence, min_effect)
+    plain = compare([it[1] for it in baseline], [it[1] for it in patched], confidence, min_effect)
     if len(slots) < 2 or not nb or not np_:
         return plain
-    x = np.array([[1.0, a] + [1.0 if s == sl else 0.0 for sl in slots[1:]] for a, s, _y in rows])
-    y = np.array([r[2] for r in rows])
+    # waves that hold both arms are blocks; a wave with one arm only (a failed neighbour) carries no contrast
+    both = {w for w in {r[2] for r in rows if r[2] is not None}
+            if {r[0] for r in rows if r[2] == w} == {0.0, 1.0}}
+    waves = sorted(both, key=str)
+    rows_w = [r for r in rows if r[2] in both] if len(waves) >= 2 else rows
+    use_waves = len(waves) >= 2
+    def design(rs):
+        return np.array([[1.0, a] + [1.0 if s == sl else 0.0 for sl in slots[1:]]
+                         + ([1.0 if w == wv else 0.0 for wv in waves[1:]] if use_waves else [])
+                         for a, s, w, _y in rs])
+    x = design(rows_w)
+    y = np.array([r[3] for r in rows_w])
     beta, _res, rank, _sv = np.linalg.lstsq(x, y, rcond=None)
     df = len(y) - int(rank)
-    if rank < x.shape[1]:
+    if np.linalg.matrix_rank(x[:, :2 + len(slots) - 1]) < 2 + len(slots) - 1:
         return plain
     d = float(beta[1])
     gain = math.exp(d) - 1.0
+    what = f"slot{' and wave' if use_waves else ''} as blocks"
     if df < 1:
         return Comparison(gain, None, "not_confirmed", None, nb, np_,
                           reason=f"{len(y)} trials in {len(slots)} slots leave no degree of freedom for the noise: "
-                                 "no confidence interval yet")
+                                 "no confidence interval yet", more=True)
     resid = y - x @ beta
     s2 = float(resid @ resid) / df
-    se = math.sqrt(max(s2 * float(np.linalg.inv(x.T @ x)[1, 1]), 0.0))
+    cov = np.linalg.pinv(x.T @ x)
+    se = math.sqrt(max(s2 * float(cov[1, 1]), 0.0))
     t = t_ppf(0.5 + confidence / 2.0, df)
     lo, hi = math.exp(d - t * se) - 1.0, math.exp(d + t * se) - 1.0
     verdict, why = _verdict(gain, lo, hi, min_effect)
     more = False
-    if df < _MIN_BLOCKED_DF and verdict in ("confirmed", "worse"):
-        # one round in two slots: two within-wave differences; a machine that drifts during one round can make
-        # both agree by chance.  A decisive verdict waits for another round.
-        verdict, more = "not_confirmed", True
-        why = f"{why}, but on {df} degree(s) of freedom only (one round): another round decides"
-    return Comparison(gain, (lo, hi), verdict, float(df), nb, np_, why + f" (slot as a block, df {df})", more=more)
+    if df < _MIN_BLOCKED_DF:
+        more = True
+        if verdict in ("confirmed", "worse"):
+            # a few within-wave differences: a machine that drifts during one round can make them agree by chance.
+            # A decisive verdict waits until the noise has the degrees of freedom to be estimated.
+            verdict = "not_confirmed"
+            why = f"{why}, but on {df} degree(s) of freedom only: another round decides"
+    return Comparison(gain, (lo, hi), verdict, float(df), nb, np_, why + f" ({what}, df {df})", more=more)
 
 
 def straddles(cmp: Comparison, min_effect: float) -> bool:

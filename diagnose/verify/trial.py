@@ -383,8 +383,11 @@ class SwiftTrialRunner:
         rfd, wfd = os.pipe()
         t0 = time.monotonic()
         try:
-            proc = subprocess.Popen(spec.argv, stdout=wfd, stderr=wfd, stdin=subprocess.DEVNULL, env=env,
-                                    cwd=spec.cwd, start_new_session=True)
+            from diagnose.verify.guard import guard_argv
+
+            # the guard: the trial's whole tree dies with this process, even when it is SIGKILLed (verify/guard.py)
+            proc = subprocess.Popen(guard_argv(spec.argv, spec.cpus), stdout=wfd, stderr=wfd, stdin=subprocess.DEVNULL,
+                                    env=env, cwd=spec.cwd, start_new_session=True)
         except OSError as e:
             os.close(rfd)
             os.close(wfd)
