@@ -6,6 +6,8 @@ Runs the real CLI on every case of the real-world corpus (fixtures/realworld)
 in a fresh process each time (imports counted: that is what a user waits for),
 and prints the median, p90 and worst wall time per case and over all, with the
 interpreter's own start-up beside it for reference.  Target (issue 8): <= 0.4 s.
+The package is byte-compiled first, as pip does for an installed wheel (a machine with
+PYTHONDONTWRITEBYTECODE=1 would otherwise compile every module on every run).
 """
 from __future__ import annotations
 
@@ -34,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     cases = sorted((ROOT / "fixtures" / "realworld" / "cases").iterdir())
     if a.cases:
         cases = cases[: a.cases]
+    import compileall
+
+    compileall.compile_dir(str(ROOT / "diagnose"), quiet=1)  # what `pip install` does for a wheel
     base = [_wall([sys.executable, "-c", "pass"]) for _ in range(5)]
     times: list[float] = []
     worst = (0.0, "")

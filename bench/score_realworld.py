@@ -1,9 +1,10 @@
 """Score swiftdoc's primary verdict on a labelled corpus of real log excerpts.
 
-Usage: python bench/score_realworld.py [DIR] [--json] [--misses-only]
+Usage: python bench/score_realworld.py [DIR ...] [--json] [--misses-only] [--batches]
 
-DIR holds `labels.jsonl` and `cases/` (default: fixtures/realworld, a copy of
-shared/realworld).  A case is right when the primary category equals its label;
+Each DIR holds `labels.jsonl` and `cases/` (default: fixtures/realworld, a copy of
+shared/realworld, and every harvested batch under fixtures/realworld/batches/, each
+scored apart and then together).  `--batches` lists the batch folders only.  A case is right when the primary category equals its label;
 a label `other` is right when the verdict is `config`, `interrupted` or
 `unknown`.  The headline is over the core cases of high and medium confidence;
 low-confidence and foreign-scope cases are reported apart.  Prints accuracy per
@@ -27,6 +28,16 @@ OTHER_OK = {"config", "interrupted", "unknown"}
 
 def is_right(label: str, verdict: str) -> bool:
     return verdict == label or (label == "other" and verdict in OTHER_OK)
+
+
+def corpora(dirs: list[str]) -> list[Path]:
+    """The folders to score: the given ones, or the base corpus and every finished batch (one with a README.md)."""
+    if dirs:
+        return [Path(d) for d in dirs]
+    base = ROOT / "fixtures" / "realworld"
+    batches = sorted(p for p in (base / "batches").glob("*") if (p / "labels.jsonl").is_file() and
+                     (p / "README.md").is_file())
+    return [base, *batches]
 
 
 def score(corpus: Path) -> list[dict]:
@@ -54,6 +65,7 @@ def score(corpus: Path) -> list[dict]:
         except Exception as e:  # noqa: BLE001 - a traceback is the worst miss; count it
             verdict, conf, top_s, trainer = "traceback", None, f"{type(e).__name__}: {e}", None
         out.append({
+            "corpus": corpus.name, "source": lab.get("source"),
             "file": lab["file"], "label": lab["category"], "confidence_label": lab["confidence"],
             "scope": lab.get("scope", "core"), "verdict": verdict, "confidence": conf, "trainer": trainer,
             "right": is_right(lab["category"], verdict), "top": top_s,
@@ -106,22 +118,62 @@ def report(rows: list[dict], misses_only: bool = False) -> str:
                  f"slowest case {max((r['ms'] for r in rows), default=0):.0f} ms")
     lines.append(f"worst category: {worst[0]} {sum(worst[1])}/{len(worst[1])} "
                  f"({100 * sum(worst[1]) / len(worst[1]):.0f}%)")
+    lines.append("")
+    lines += calibration(rows)
     lines.append(f"core high+medium: {k}/{len(main)} right ({100 * k / max(1, len(main)):.1f}%)")
     return "\n".join(lines)
 
 
+def calibration(rows: list[dict]) -> list[str]:
+    """Each confidence level against right/wrong: is `certain` earned?"""
+    main = [r for r in rows if r["scope"] == "core" and r["confidence_label"] in ("high", "medium")]
+    out = ["Calibration (core, high+medium): confidence -> right / wrong"]
+    for level in ("certain", "probable", "weak", None):
+        grp = [r for r in main if r["confidence"] == level]
+        if not grp:
+            continue
+        k = sum(r["right"] for r in grp)
+        out.append(f"  {str(level or '-'):<9} {k:>3} right {len(grp) - k:>3} wrong  ({100 * k / len(grp):5.1f}% of "
+                   f"{len(grp)})")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("dir", nargs="?", default=str(ROOT / "fixtures" / "realworld"))
+    ap.add_argument("dirs", nargs="*", metavar="DIR")
     ap.add_argument("--json", action="store_true", help="one JSON object per case")
     ap.add_argument("--misses-only", action="store_true")
+    ap.add_argument("--batches", action="store_true", help="list the corpus folders that would be scored")
     a = ap.parse_args(argv)
-    rows = score(Path(a.dir))
+    dirs = corpora(a.dirs)
+    if a.batches:
+        print("\n".join(str(d) for d in dirs))
+        return 0
+    every: list[dict] = []
+    per: list[tuple[Path, list[dict]]] = []
+    for d in dirs:
+        rows = score(d)
+        every += rows
+        per.append((d, rows))
     if a.json:
-        for r in rows:
+        for r in every:
             print(json.dumps(r, ensure_ascii=False))
         return 0
-    print(report(rows, a.misses_only))
+    for d, rows in per:
+        if len(per) > 1:
+            print(f"===== {d.relative_to(ROOT) if d.is_relative_to(ROOT) else d} ({len(rows)} cases) =====")
+        print(report(rows, a.misses_only))
+        print()
+    if len(per) > 1:
+        print("===== all corpora =====")
+        summary = []
+        for d, rows in per:
+            main = [r for r in rows if r["scope"] == "core" and r["confidence_label"] in ("high", "medium")]
+            k = sum(r["right"] for r in main)
+            summary.append(f"  {d.name:<20} core high+medium {k:>3}/{len(main):<3} ({100 * k / max(1, len(main)):5.1f}%)")
+        print("\n".join(summary))
+        print(report(every, misses_only=True).splitlines()[-1] if every else "")
+        print("\n".join(calibration(every)))
     return 0
 
 

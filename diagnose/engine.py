@@ -301,7 +301,10 @@ def evaluate_rules(rules: list[Rule], features: Features) -> tuple[list[Finding]
         refs = sorted({r for n in names for r in features.lines.get(n, [])}, key=lambda r: (r[0] or "", r[1]))
         lines = sorted({ln for f, ln in refs if f == features.line_file})
         decisive = sorted({r for n in used for r in features.lines.get(n, [])}, key=lambda r: (r[0] or "", r[1]))
-        conf, missing = _confidence(rule.confidence, decisive, features.probable_lines)
+        declared = rule.confidence
+        if rule.confidence_from and feats.get(rule.confidence_from) in _CONF_ORDER:
+            declared = feats[rule.confidence_from]
+        conf, missing = _confidence(declared, decisive, features.probable_lines)
         findings.append(Finding(
             rule=rule.id, slug=rule.slug, category=rule.category, severity=rule.severity, priority=rule.priority,
             summary=rule.summary, evidence=_evidence(rule, feats, features.assumed),

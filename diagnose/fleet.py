@@ -1,10 +1,13 @@
 """Many runs at once: find every run under some roots, analyse each, one row per run.
 
 Contract:
-- `find_runs(roots) -> list[Path]`: every ms-swift run folder below the roots (a folder
-  holding `logging.jsonl` or `args.json`: the `v<N>-<date>` folders ms-swift writes),
-  plus every capture file (`*.log`, `*.out`, `*.txt`) that is not inside such a folder;
-  a root that is itself a run folder or a file counts as one run.  Sorted, no duplicates.
+- `find_runs(roots, skipped=None) -> list[Path]`: every ms-swift run folder below the roots (a folder
+  holding `logging.jsonl` or `args.json`: the `v<N>-<date>` folders ms-swift writes), every saved record
+  (`*.json` of kind swiftdoc.record), plus every capture file (`*.log`, `*.out`, `*.txt`) that is not
+  inside such a folder and holds training output (`holds_training_output`: its head shows a step row, a
+  trainer's line, a progress bar, a traceback or an error signature; `notes.txt` and `requirements.txt`
+  do not); the files passed over are appended to `skipped`.  A root that is itself a run folder or a
+  file counts as one run.  Sorted, no duplicates.
 - `group_jobs(paths) -> list[Path | tuple[Path, ...]]`: the captures of one multi-node job, one per node in
   one folder (their `run sh:` lines show `--nnodes` > 1 and agree apart from `--node_rank`:
   `parse.relate`), become one entry, analysed as one job (its row's path: `dir/node0.log+node1.log`).
@@ -33,7 +36,38 @@ def _is_run_dir(d: Path) -> bool:
     return (d / "logging.jsonl").is_file() or (d / "args.json").is_file()
 
 
-def find_runs(roots: list[str]) -> list[Path]:
+_MARKERS = ("[INFO:", "[WARNING:", "[ERROR:", "'loss'", '"loss"', "loss", "Traceback (most recent call last)",
+            "%|", "global_step", "iteration", "Epoch", "epoch", "rank", "torchrun", "swift ", "NCCL", "Error", "Killed",
+            "step", "iter")
+_SNIFF_BYTES = 65536
+
+
+def holds_training_output(path: Path) -> bool:
+    """Does the head of a capture show anything a trainer or launcher prints (not prose, not a requirements list)?"""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(_SNIFF_BYTES).decode("utf-8", "replace")
+    except OSError:
+        return False
+    if not head.strip():
+        return True  # an empty capture is a run that has written nothing yet: a row that says so
+    if any(m in head for m in _MARKERS):
+        return True
+    from diagnose.parse.events import _PREFILTER
+
+    return bool(_PREFILTER.search(head))
+
+
+def _is_record(path: Path) -> bool:
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return False
+    return b'"swiftdoc.record"' in head
+
+
+def find_runs(roots: list[str], skipped: list[Path] | None = None) -> list[Path]:
     out: set[Path] = set()
     for r in roots:
         root = Path(r)
@@ -52,7 +86,13 @@ def find_runs(roots: list[str]) -> list[Path]:
                 dirnames[:] = []  # a run folder's checkpoints and images are not runs
                 continue
             for f in filenames:
-                if Path(f).suffix.lower() in _CAPTURE:
+                suffix = Path(f).suffix.lower()
+                if suffix in _CAPTURE:
+                    if holds_training_output(d / f):
+                        out.add(d / f)
+                    elif skipped is not None:
+                        skipped.append(d / f)
+                elif suffix == ".json" and _is_record(d / f):
                     out.add(d / f)
     return sorted(out)
 
@@ -115,7 +155,12 @@ def row_of(path: Path | str | tuple[Path, ...]) -> dict[str, Any]:
     row: dict[str, Any] = {k: None for k in ROW_KEYS}
     row["path"] = _label(path) if isinstance(path, tuple) else str(path)
     try:
-        run, diag = analyze_paths([str(x) for x in path] if isinstance(path, tuple) else [str(path)])
+        if not isinstance(path, tuple) and str(path).endswith(".json") and _is_record(Path(path)):
+            from diagnose.record import load_record
+
+            run, diag = load_record(str(path))  # a saved analysis: its row without the log
+        else:
+            run, diag = analyze_paths([str(x) for x in path] if isinstance(path, tuple) else [str(path)])
     except SwiftdocError as e:  # an empty or half-written run: a row that says so
         row["error"] = e.message
         row["category"] = "unreadable"

@@ -34,6 +34,9 @@ STEP_COLUMNS: tuple[str, ...] = (
     "interval_s",  # seconds per optimizer step over the interval ending here
     "line",
 )
+# columns only some trainers print (other dialects' step rows: parse.dialects): created when first read, so an
+# ms-swift log of a million steps does not pay for them
+EXTRA_COLUMNS: tuple[str, ...] = ("data_time_s", "samples_per_s", "tokens_per_s", "mfu_pct")
 
 
 class StepsTable:
@@ -49,26 +52,32 @@ class StepsTable:
         for name in STEP_COLUMNS:
             arr = (cols or {}).get(name)
             self.cols[name] = np.asarray(arr, dtype=np.float64) if arr is not None else np.full(n, np.nan)
+        for name in EXTRA_COLUMNS:
+            arr = (cols or {}).get(name)
+            if arr is not None:
+                self.cols[name] = np.asarray(arr, dtype=np.float64)
         self._present = {k: np.asarray(v, dtype=bool) for k, v in (present or {}).items()}
 
     def __len__(self) -> int:
         return len(self.cols["step"])
 
     def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self.cols and name in EXTRA_COLUMNS:
+            self.cols[name] = np.full(len(self), np.nan)
         return self.cols[name]
 
     def present(self, name: str) -> np.ndarray:
         """Rows where the value was printed (NaN/inf printed by ms-swift count as present)."""
         if name in self._present:
             return self._present[name]
-        return ~np.isnan(self.cols[name])
+        return ~np.isnan(self[name])
 
     def has(self, name: str) -> bool:
         return bool(len(self)) and bool(self.present(name).any())
 
     def row(self, i: int) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for name in STEP_COLUMNS:
+        for name in STEP_COLUMNS + tuple(c for c in EXTRA_COLUMNS if c in self.cols):
             if not self.present(name)[i]:
                 continue
             v = float(self.cols[name][i])
@@ -165,6 +174,8 @@ class Run(BaseModel):
     timers: list[dict[str, Any]] = Field(default_factory=list)  # DeepSpeed wall_clock_breakdown rows: {line, name: ms}
     iter_times: list[dict[str, Any]] = Field(default_factory=list)  # per-iteration {line, time_s, data_time_s} (mmengine, YOLOX...)
     checkpoints: list[dict[str, Any]] = Field(default_factory=list)  # saves seen: {path, step, line}
+    nonfinite: dict[str, list[int]] = Field(default_factory=dict)  # metric -> [rows printed nan/inf, first line]
+    step_dialect: str | None = None  # the steps came from another trainer's lines (parse.dialects), or a tqdm bar
     total_lines: int = 0
     header_line: int | None = None  # first line that shows the start of the run (launch echo, start marker, args dump)
     ended: bool = False  # "End time of running main" seen / summary present

@@ -93,6 +93,9 @@ class Rule(BaseModel):
     remedies: list[Remedy] = Field(default_factory=list)
     references: list[str] = Field(default_factory=list)
     confidence: Literal["certain", "probable", "weak"] = "certain"  # how sure a finding of this rule is
+    # a feature whose value (certain / probable / weak) replaces `confidence` when present: rules over a table whose
+    # entries carry their own confidence (the meaning of an exception, parse.exceptions)
+    confidence_from: str | None = None
     source: str = ""
 
     @field_validator("id")
@@ -164,6 +167,8 @@ def _validate_refs(rule: Rule, known: set[str]) -> None:
     for name in template_names(rule.evidence):
         if name not in known and name not in rule.params:
             raise RuleError(f"{where}: evidence: unknown feature '{name}'")
+    if rule.confidence_from and rule.confidence_from not in known:
+        raise RuleError(f"{where}: confidence_from: unknown feature '{rule.confidence_from}'")
 
 
 class _Probe(dict):

@@ -95,3 +95,37 @@ def test_the_captures_of_one_multi_node_job_are_one_row(tmp_path):
     assert job["path"].endswith("multinode_raise_4x/node0.log+node1.log") and job["culprit_rank"] == 1
     assert job["world_size"] == 2 and job["category"] == "unknown"
     assert len([r for r in rows.values() if "multinode" in r["path"]]) == 1
+
+
+def test_files_without_training_output_are_not_runs_and_are_said(tmp_path):
+    root = _sweep(tmp_path)
+    (root / "notes.txt").write_text("Tried lr 1e-4 and 2e-4 on Friday; the second looked better.\n")
+    (root / "requirements.txt").write_text("torch==2.5.1\ntransformers>=4.46\nms-swift==3.12.4\n")
+    skipped: list = []
+    names = {p.name for p in find_runs([str(root)], skipped)}
+    assert "notes.txt" not in names and "requirements.txt" not in names
+    assert sorted(p.name for p in skipped) == ["notes.txt", "requirements.txt"]
+    p = fleet(str(root), "--fail-on", "warning", "--where", "verdict=healthy")
+    assert "2 file(s) hold no training output" in p.stderr and "notes.txt" in p.stderr
+    assert "notes.txt" not in p.stdout  # neither a row nor a failure
+
+
+def test_where_and_sort_take_the_table_s_headers(tmp_path):
+    root = _sweep(tmp_path)
+    by_key = fleet(str(root), "--format", "json", "--where", "category=nan")
+    by_head = fleet(str(root), "--format", "json", "--where", "verdict=nan")
+    assert by_key.returncode == by_head.returncode == 0, by_head.stderr
+    assert json.loads(by_key.stdout)["runs"] == json.loads(by_head.stdout)["runs"] != []
+    s = fleet(str(root), "--format", "json", "--sort=-samples/s")
+    assert s.returncode == 0, s.stderr
+    vals = [r["samples_per_s"] for r in json.loads(s.stdout)["runs"] if r["samples_per_s"] is not None]
+    assert vals == sorted(vals, reverse=True)
+    bad = fleet(str(root), "--where", "nosuch=1")
+    assert bad.returncode == 2 and "headers" in bad.stderr
+
+
+def test_text_table_has_the_model_column(tmp_path):
+    root = _sweep(tmp_path)
+    p = fleet(str(root))
+    header = next(ln for ln in p.stdout.splitlines() if "verdict" in ln)
+    assert "model" in header

@@ -19,7 +19,7 @@ def _get(info: InfoScanner, path: str):
         obj = info.progress
     elif head == "preprocess":
         obj = info.map_rates[-1] if info.map_rates else None
-    elif head in ("step_dicts", "checkpoints", "megatron_rows"):
+    elif head in ("step_dicts", "checkpoints", "megatron_rows", "dialect_rows"):
         return len(getattr(info, head))
     elif head in ("evals", "timers", "iter_times"):
         return len(getattr(info.run, head))

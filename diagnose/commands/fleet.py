@@ -43,17 +43,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
+def column_key(name: str) -> str | None:
+    """A column as the user names it: a JSON key (samples_per_s) or the table's header (samples/s, verdict, conf.)."""
+    from diagnose.fleet import ROW_KEYS
+
+    n = name.strip()
+    if n in ROW_KEYS:
+        return n
+    low = n.lower()
+    for key, head in _COLS:
+        if low == head.lower() or low == head.lower().rstrip(".") or low == head.lower().replace(" ", "_"):
+            return key
+    return _ALIASES.get(low)
+
+
+def _known_columns() -> str:
+    from diagnose.fleet import ROW_KEYS
+
+    heads = [h for _, h in _COLS if h not in ROW_KEYS]
+    return ", ".join(ROW_KEYS) + " (or the table's headers: " + ", ".join(heads) + ")"
+
+
 def _filters(specs: list[str]) -> list[tuple[str, bool, str]]:
     from diagnose.errors import UsageError
-    from diagnose.fleet import ROW_KEYS
 
     out = []
     for s in specs:
         neg = "!=" in s
-        key, _, val = s.partition("!=" if neg else "=")
-        if not _ or key not in ROW_KEYS:
-            raise UsageError(f"--where {s!r}: expected COLUMN=VALUE with a known column",
-                             hint="columns: " + ", ".join(ROW_KEYS))
+        name, _, val = s.partition("!=" if neg else "=")
+        key = column_key(name) if _ else None
+        if key is None:
+            raise UsageError(f"--where {s!r}: expected COLUMN=VALUE with a known column", hint="columns: " + _known_columns())
         out.append((key, neg, val))
     return out
 
@@ -67,16 +87,22 @@ def _keep(row: dict[str, Any], filters: list[tuple[str, bool, str]]) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     from diagnose.errors import InputError, UsageError
-    from diagnose.fleet import ROW_KEYS, analyse_runs, find_runs, group_jobs
+    from diagnose.fleet import analyse_runs, find_runs, group_jobs
 
-    sort_key = (args.sort or "").lstrip("-")
-    if sort_key and sort_key not in ROW_KEYS:
-        raise UsageError(f"unknown --sort column {sort_key!r}", hint="columns: " + ", ".join(ROW_KEYS))
+    sort_name = (args.sort or "").lstrip("-")
+    sort_key = column_key(sort_name) if sort_name else ""
+    if sort_name and sort_key is None:
+        raise UsageError(f"unknown --sort column {sort_name!r}", hint="columns: " + _known_columns())
     filters = _filters(args.where)
-    paths = group_jobs(find_runs(args.roots))
+    skipped: list = []
+    paths = group_jobs(find_runs(args.roots, skipped))
+    if skipped:
+        names = ", ".join(str(p) for p in skipped[:5]) + (f" and {len(skipped) - 5} more" if len(skipped) > 5 else "")
+        sys.stderr.write(f"note: {len(skipped)} file(s) hold no training output and are not runs: {names}\n")
     if not paths:
         raise InputError("no runs found under " + ", ".join(args.roots),
-                         hint="a run is a folder with logging.jsonl or args.json, or a *.log capture")
+                         hint="a run is a folder with logging.jsonl or args.json, a saved record, or a capture "
+                              "(*.log, *.out, *.txt) with training output")
     jobs = args.jobs or os.cpu_count() or 1
     bar = None if args.no_progress or not sys.stderr.isatty() else _bar(len(paths))
     rows = []
@@ -91,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         desc = args.sort.startswith("-") or args.desc
         rows.sort(key=lambda r: (r.get(sort_key) is None, 0 if r.get(sort_key) is None
                                  else _neg(r.get(sort_key)) if desc else r.get(sort_key)))
-    _print(rows, args.format)
+    _print(rows, args.format, skipped)
     if args.fail_on and any(r["category"] in _BAD[args.fail_on] for r in rows):
         return 1
     return 0
@@ -129,16 +155,19 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-_COLS = [("path", "run"), ("swift_version", "ms-swift"), ("world_size", "ranks"), ("steps", "steps"),
+_COLS = [("path", "run"), ("swift_version", "ms-swift"), ("model", "model"), ("world_size", "ranks"), ("steps", "steps"),
          ("category", "verdict"), ("confidence", "conf."), ("samples_per_s", "samples/s"), ("tokens_per_s", "tokens/s"),
          ("mfu_pct", "MFU %"), ("memory_peak_gib", "mem GiB"), ("culprit_rank", "culprit")]
+_ALIASES = {"mfu": "mfu_pct", "mem": "memory_peak_gib", "memory": "memory_peak_gib", "version": "swift_version",
+            "conf": "confidence", "culprit": "culprit_rank", "run": "path"}
 
 
-def _print(rows: list[dict[str, Any]], fmt: str) -> None:
+def _print(rows: list[dict[str, Any]], fmt: str, skipped: list | None = None) -> None:
     from diagnose.fleet import ROW_KEYS
 
     if fmt == "json":
-        json.dump({"schema_version": SCHEMA_VERSION, "runs": rows}, sys.stdout, ensure_ascii=False)
+        json.dump({"schema_version": SCHEMA_VERSION, "runs": rows, "skipped": [str(p) for p in skipped or []]},
+                  sys.stdout, ensure_ascii=False)
         sys.stdout.write("\n")
         return
     if fmt == "csv":
@@ -150,8 +179,10 @@ def _print(rows: list[dict[str, Any]], fmt: str) -> None:
     if fmt == "markdown":
         print("| " + " | ".join(h for _, h in _COLS) + " |")
         print("|" + "---|" * len(_COLS))
+        from diagnose.render.md import md_text
+
         for c in cells:
-            print("| " + " | ".join(x.replace("|", "\\|") for x in c) + " |")
+            print("| " + " | ".join(md_text(x) for x in c) + " |")
         return
     from rich.console import Console
     from rich.table import Table

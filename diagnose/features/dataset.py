@@ -156,3 +156,53 @@ def _total(ctx: Ctx):
 def _rate_last(ctx: Ctx):
     r = _last_bar(ctx)
     return r.get("rate_per_s") if r else None
+
+
+_COLLECTIVE_FAILURES = ("nccl_timeout", "nccl_stuck", "dist_init_timeout", "nccl_error")
+
+
+@feature("preprocess_when_collective_failed", "text",
+         "Which came first: a preprocessing bar still unfinished (and no training step after it) when the first "
+         "collective failure was printed (an NCCL/gloo timeout, a heartbeat report, a store timeout): the rank still "
+         "preprocessing is why the others' collective timed out.", FAMILY)
+def _pre_before_collective(ctx: Ctx):
+    run = ctx.run
+    fails = [e for e in run.events if e.kind in _COLLECTIVE_FAILURES and (e.file in (None, run.line_file))]
+    if not fails or not run.preprocess:
+        return None
+    first = min(e.line for e in fails)
+    bars = [r for r in run.preprocess if r["line"] < first]
+    if not bars:
+        return None
+    last = bars[-1]
+    if last.get("total") and last["done"] >= last["total"]:
+        return None
+    t = run.steps
+    if len(t) and bool(((t["line"] > last["line"]) & (t["line"] < first)).any()):
+        return None  # training had started after that bar: the timeout is not about preprocessing
+    what = last.get("what") or "preprocessing"
+    np_ = f" (num_proc={last['num_proc']})" if last.get("num_proc", 1) > 1 else ""
+    return f"{what}{np_} at {last['done']} of {last['total']} rows", [last["line"], first]
+
+
+@feature("preprocess_imbalance", "text",
+         "Per-process preprocessing bars (`#N:`) far out of balance: the slowest process at less than half the "
+         "progress (or a third of the rate) of the fastest while it still runs; the whole map waits for it.", FAMILY)
+def _imbalance(ctx: Ctx):
+    last: dict[int, dict] = {}
+    for r in ctx.run.preprocess:
+        if r.get("shard") is not None:
+            last[r["shard"]] = r
+    if len(last) < 2:
+        return None
+    frac = {k: (r["done"] / r["total"] if r.get("total") else 0.0) for k, r in last.items()}
+    slow, fast = min(frac, key=frac.get), max(frac, key=frac.get)
+    rates = {k: r["rate_per_s"] for k, r in last.items() if r.get("rate_per_s")}
+    lopsided = frac[slow] < 1.0 and frac[fast] - frac[slow] >= 0.5
+    if not lopsided and len(rates) >= 2 and min(rates.values()) * 3 <= max(rates.values()):
+        slow, fast = min(rates, key=rates.get), max(rates, key=rates.get)
+        lopsided = frac[slow] < 1.0
+    if not lopsided:
+        return None
+    return (f"process #{slow} at {100 * frac[slow]:.0f}% ({last[slow]['done']} of {last[slow]['total']} rows) while "
+            f"#{fast} is at {100 * frac[fast]:.0f}%", [last[slow]["line"], last[fast]["line"]])

@@ -94,6 +94,77 @@ def _watchdog_op(ctx: Ctx):
     return (" ".join(parts), [_ref(e)]) if parts else None
 
 
+def _crash(ctx: Ctx):
+    """The fatal exception as a typed object and what it means (parse.exceptions), once per run."""
+    key = "crash_meaning"
+    if key not in ctx.cache:
+        from diagnose.parse.exceptions import classify, typed_exception
+
+        evs = _events(ctx, "traceback")
+        if evs:
+            exc = typed_exception(evs[-1])
+            got = classify(exc)
+            ctx.cache[key] = (exc, got[0] if got else None, got[1] if got else None, evs[-1])
+        else:
+            ctx.cache[key] = _cut_lean(ctx)
+    return ctx.cache[key]
+
+
+def _cut_lean(ctx: Ctx):
+    """A traceback cut before its exception line: the category its innermost frames lean to (a module-only entry of
+    parse/exceptions.yaml), weak; None when no frame says anything."""
+    from diagnose.parse.exceptions import Meaning, TypedException, classify_one
+
+    cuts = _events(ctx, "traceback_cut")
+    if not cuts:
+        return None
+    ev = cuts[-1]
+    for fr in reversed(ev.detail.get("frames") or []):
+        probe = TypedException("", "", fr.get("file"), fr.get("func"), ev.line)
+        m = classify_one(probe)
+        if m is not None and m.generic:
+            lean = Meaning(id=m.id, category=m.category, confidence="weak",
+                           explain="the traceback is cut before its exception line: only where it was raised is known")
+            return probe, lean, probe, ev
+    return None
+
+
+@feature("crash_category", "enum",
+         "What the fatal exception means, from its class, message and raising module (parse/exceptions.yaml): config, "
+         "data_loading, oom, nccl, nan, interrupted, bus_error; 'other' for a crash no entry explains.", FAMILY)
+def _crash_category(ctx: Ctx):
+    c = _crash(ctx)
+    if c is None:
+        return None
+    exc, meaning, _link, ev = c
+    return (meaning.category if meaning else "other"), [_ref(ev)]
+
+
+@feature("crash_confidence", "enum", "How sure the meaning of the fatal exception is (the table entry's own).", FAMILY)
+def _crash_conf(ctx: Ctx):
+    c = _crash(ctx)
+    if c is None or c[1] is None:
+        return None
+    return c[1].confidence
+
+
+@feature("crash_exception", "text", "The fatal exception: class, message and where it was raised (the cause that decided "
+                                    "its meaning, when a chained one did).", FAMILY)
+def _crash_exc(ctx: Ctx):
+    c = _crash(ctx)
+    if c is None:
+        return None
+    exc, _m, link, ev = c
+    text = (link or exc).describe()
+    return (text[:300] + ("…" if len(text) > 300 else "")), [_ref(ev)]
+
+
+@feature("crash_explain", "text", "What the fatal exception means, in one line (parse/exceptions.yaml).", FAMILY)
+def _crash_explain(ctx: Ctx):
+    c = _crash(ctx)
+    return c[1].explain if c is not None and c[1] is not None and c[1].explain else None
+
+
 @feature("oom_capacity_gib", "GiB", "GPU capacity quoted by a CUDA OOM message ('total capacity of X GiB').", FAMILY)
 def _oom_cap(ctx: Ctx):
     for e in _events(ctx, "cuda_oom"):

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
+
 from diagnose.features.registry import Ctx, feature
 
 FAMILY = "gpu"
@@ -159,6 +161,10 @@ def _fpt(ctx: Ctx):
 def _mfu(ctx: Ctx):
     f, tps, peak, n = ctx.get("flops_per_token"), ctx.get("tokens_per_s"), ctx.get("gpu_peak_tflops"), ctx.get("gpus_used")
     if None in (f, tps, peak) or not n:
+        t = ctx.run.steps  # a trainer that prints its own MFU (nanoGPT, torchtitan)
+        if len(t) and t.has("mfu_pct"):
+            v = t["mfu_pct"][t.present("mfu_pct") & np.isfinite(t["mfu_pct"])]
+            return float(np.median(v[1:] if len(v) > 2 else v)) if len(v) else None
         return None
     return 100.0 * f * tps / (n * peak * 1e12)
 

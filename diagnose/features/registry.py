@@ -70,6 +70,7 @@ class Ctx:
     lines: dict[str, list[tuple[str | None, int]]] = field(default_factory=dict)
     config: EffectiveConfig | None = None  # the run's effective flag values (diagnose.effective)
     assumed: set[str] = field(default_factory=set)  # features whose value is only a default the text does not show
+    cache: dict[str, Any] = field(default_factory=dict)  # computations several features share (not features)
 
     def get(self, name: str) -> Any:
         return self.values.get(name)

@@ -88,15 +88,25 @@ def _swing(ctx: Ctx):
 def _sps(ctx: Ctx):
     gbs, st = ctx.get("global_batch_size"), ctx.get("step_time_median_s")
     if gbs is None or not st:
-        return None
+        return _printed_median(ctx, "samples_per_s")  # a trainer that prints its own throughput
     return gbs / st
+
+
+def _printed_median(ctx: Ctx, col: str) -> float | None:
+    t = ctx.run.steps
+    if not len(t) or not t.has(col):
+        return None
+    v = t[col][t.present(col) & np.isfinite(t[col])]
+    if len(v) > 2:
+        v = v[1:]  # the first row carries the warm-up
+    return float(np.median(v)) if len(v) else None
 
 
 @feature("tokens_per_s", "tokens/s", "Throughput in tokens: samples/s × mean token length (packed rows when packing).", FAMILY)
 def _tps(ctx: Ctx):
     sps, tl = ctx.get("samples_per_s"), ctx.get("token_len_mean")
     if sps is None or tl is None:
-        return None
+        return _printed_median(ctx, "tokens_per_s")
     return sps * tl
 
 
@@ -276,6 +286,11 @@ def _tal(ctx: Ctx):
          "'time: X data_time: Y'); the first 3 iterations are warm-up and dropped when there are 7 or more.", FAMILY)
 def _dtf(ctx: Ctx):
     rows = [r for r in ctx.run.iter_times if r["time_s"] > 0]
+    t = ctx.run.steps
+    if not rows and len(t) and t.has("data_time_s"):  # any trainer's rows that print both (parse.dialects)
+        ok = t.present("data_time_s") & np.isfinite(t["interval_s"]) & (t["interval_s"] > 0)
+        rows = [{"time_s": float(a), "data_time_s": float(b), "line": int(ln)}
+                for a, b, ln in zip(t["interval_s"][ok], t["data_time_s"][ok], t["line"][ok])]
     if len(rows) >= 7:
         rows = rows[3:]
     if len(rows) < 2:
@@ -309,3 +324,26 @@ def _osf(ctx: Ctx):
     if not fr:
         return None
     return float(np.median(fr)), lines[:3]
+
+
+_NONFINITE_OWN = ("loss", "grad_norm", "train_loss")  # read by their own features and rules (NAN001 ...)
+
+
+@feature("nonfinite_metrics", "text",
+         "Metrics other than loss and grad_norm printed as nan/inf on some row (rewards, kl, logps, clip ratios, eval "
+         "metrics), most rows first; spreads (`*std*`) are left out: one sample has no spread.", FAMILY)
+def _nonfinite(ctx: Ctx):
+    bad = {k: v for k, v in ctx.run.nonfinite.items()
+           if k not in _NONFINITE_OWN and "std" not in k.lower() and not k.endswith("_runtime")}
+    if not bad:
+        return None
+    keys = sorted(bad, key=lambda k: (-bad[k][0], bad[k][1]))
+    return ", ".join(keys[:6]) + (f" (+{len(keys) - 6} more)" if len(keys) > 6 else ""), [bad[k][1] for k in keys[:5]]
+
+
+@feature("nonfinite_metric_rows", "rows", "Rows with a nan/inf in a metric of `nonfinite_metrics` (the most of any one).",
+         FAMILY)
+def _nonfinite_rows(ctx: Ctx):
+    bad = [v[0] for k, v in ctx.run.nonfinite.items()
+           if k not in _NONFINITE_OWN and "std" not in k.lower() and not k.endswith("_runtime")]
+    return max(bad) if bad else None

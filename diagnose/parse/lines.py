@@ -60,6 +60,7 @@ BAR = re.compile(
     r"\[(?P<elapsed>[\d:]+)<(?P<remaining>[\d:?]+),\s*(?P<rate>[\d.]+|\?)\s*(?P<unit>s/it|it/s|[A-Za-z]+/s)"
 )
 _PREPROCESS_BAR = re.compile(r"^(?:Map|Filter|Running tokenizer|Tokeniz|Generating|Converting|Packing|Grouping|Preprocess|Encod)", re.I)
+_SHARD = re.compile(r"#(\d+)\s*:?\s*$")  # the per-process tag before a bar's percentage
 _EVAL_BAR = re.compile(r"^(?:Val|Eval|eval|Evaluat|Predict|Test)")
 _OTHER_BAR = re.compile(r"^(?:Loading|Downloading|Fetching|Saving|Uploading|Merging)", re.I)
 _JSON_KV = re.compile(r'^\s*"([^"]{1,80})":\s*(-?[\d.]+(?:[eE][-+]?\d+)?|NaN|-?Infinity|null|true|false|"[^"]*")\s*,?\s*$')
@@ -100,6 +101,13 @@ def _clock_s(text: str) -> float | None:
 # The line recognisers, tried in this order on each non-step line: (name, needles - a cheap prefilter,
 # the line must hold one of them -, handler method).  A handler returns True when the line was its kind.
 # Each has its line cases in tests/data/line_cases.yaml.
+def _dialect_needles() -> tuple[str, ...]:
+    """The first needle of every dialect (parse/dialects.yaml): a line holding none of them is no dialect's row."""
+    from diagnose.parse.dialects import dialects
+
+    return tuple(dict.fromkeys(d.needles[0] for d in dialects() if d.needles)) or ("\x00",)
+
+
 RECOGNISERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("environment", ("site-packages/", "NCCL version", "CUDA Version", "Driver Version", "__version__"), "_environment"),
     ("run_sh", ("run sh: `",), "_run_sh"),
@@ -122,6 +130,7 @@ RECOGNISERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("deepspeed_config", ("Using deepspeed: ",), "_deepspeed"),
     ("megatron_row", ("iteration",), "_megatron_line"),
     ("ds_timers", ("time (ms) |",), "_timers"),
+    ("dialect_row", _dialect_needles(), "_dialect"),
     ("data_time", ("data_time",), "_data_time"),
     ("tqdm_bar", ("%|",), "_bars"),
 )
@@ -145,6 +154,11 @@ class InfoScanner:
         self.node_rank: int | None = None  # from this capture's `run sh:` (torchrun --node_rank)
         self._pretty: dict[str, Any] | None = None  # a pretty-printed JSON object being read (trainer_state.json)
         self._pretty_line = 0
+        from diagnose.parse.dialects import GenericRows
+
+        self.dialect_rows: list[tuple[int, Any]] = []  # (line, DialectRow): other trainers' step rows (parse.dialects)
+        self.generic = GenericRows()  # `key: number` lines of a dialect the table does not know
+        self.bar_rows: list[dict[str, Any]] = []  # every training tqdm bar update: step, total, s/it
 
     # --- args dump (multi-line) -------------------------------------------------
     def _args_feed(self, lineno: int, s: str) -> bool:
@@ -196,6 +210,7 @@ class InfoScanner:
             hay = raw if handler == "_bars" else s
             if any(n in hay for n in needles) and getattr(self, handler)(lineno, s, raw):
                 return
+        self.generic.feed(lineno, s)  # nothing claimed it: perhaps a step row of a dialect the table does not know
 
     # --- the recognisers (see RECOGNISERS): (lineno, normalised line, raw line) -> consumed? -----
     def _environment(self, lineno: int, s: str, raw: str) -> bool:
@@ -376,6 +391,19 @@ class InfoScanner:
             self.run.timers.append(row)
         return True
 
+    def _dialect(self, lineno: int, s: str, raw: str) -> bool:
+        from diagnose.parse.dialects import match_dialect
+
+        row = match_dialect(s)
+        if row is None:
+            return False
+        self.dialect_rows.append((lineno, row))
+        v = row.values
+        self.note_nonfinite(lineno, v)
+        if row.kind == "train" and v.get("step_time_s") and v.get("data_time_s") is not None:
+            self.run.iter_times.append({"line": lineno, "time_s": v["step_time_s"], "data_time_s": v["data_time_s"]})
+        return True
+
     def _data_time(self, lineno: int, s: str, raw: str) -> bool:
         m = _DATA_TIME.search(s)
         if not m:
@@ -403,8 +431,19 @@ class InfoScanner:
         if any(k.startswith("eval_") for k in d):
             d["_line"] = lineno
             run.evals.append(d)
+            self.note_nonfinite(lineno, d)
             return True
         return False
+
+    def note_nonfinite(self, lineno: int, values: dict[str, Any]) -> None:
+        """A metric printed as nan/inf, whatever its name (eval metrics, rewards, kl, other trainers' rows)."""
+        import math
+
+        for k, v in values.items():
+            n = to_number(v) if isinstance(v, (int, float, str)) and not isinstance(v, bool) else None
+            if isinstance(n, float) and not math.isfinite(n) and not k.startswith("_"):
+                cur = self.run.nonfinite.setdefault(k, [0, lineno])
+                cur[0] += 1
 
     # --- pretty-printed JSON objects (trainer_state.json log_history pasted) -----
     def _pretty_feed(self, lineno: int, s: str) -> bool:
@@ -457,13 +496,24 @@ class InfoScanner:
     def _bars(self, lineno: int, s: str, raw: str) -> bool:
         frags = [f for f in _ANSI.sub("", raw).split("\r") if f.strip()]
         for frag in reversed(frags):
-            m = BAR.search(strip_paste(frag)[0])
+            body = strip_paste(frag)[0]
+            m = BAR.search(body)
             if not m:
                 continue
             desc = (m.group("desc") or "").strip()
             done, total = int(m.group("done")), int(m.group("total"))
             rate = None if m.group("rate") == "?" else float(m.group("rate"))
             unit = m.group("unit")
+            shard = _SHARD.search(body[: m.start("pct")])
+            if shard and (not desc or _PREPROCESS_BAR.match(desc) or desc.startswith("#")):
+                # one bar per preprocessing process (datasets' num_proc before it merged them): `#3: 40%|...`
+                per_s = rate if rate is None or unit != "s/it" else (1 / rate if rate else None)
+                what = re.sub(r"\s*#\d+\s*$", "", desc) if desc and not desc.startswith("#") else "Map"
+                self.map_rates.append({"what": what or "Map", "num_proc": 1, "done": done, "total": total,
+                                       "rate_per_s": per_s, "unit": unit, "line": lineno, "shard": int(shard.group(1)),
+                                       "elapsed_s": _clock_s(m.group("elapsed")),
+                                       "remaining_s": _clock_s(m.group("remaining"))})
+                return True
             if _PREPROCESS_BAR.match(desc):
                 np_ = re.search(r"num_proc=(\d+)", desc)
                 per_s = rate if rate is None or unit != "s/it" else (1 / rate if rate else None)
@@ -481,6 +531,8 @@ class InfoScanner:
                              "elapsed_s": _clock_s(m.group("elapsed")), "remaining_s": _clock_s(m.group("remaining"))}
             if rate:
                 self.progress["s_per_it"] = rate if unit == "s/it" else 1 / rate
+            if done >= 1 and rate and (not self.bar_rows or self.bar_rows[-1]["step"] != done):
+                self.bar_rows.append(dict(self.progress))  # a bar at 0 or without a rate shows no step done
             return True
         return False
 

@@ -305,11 +305,14 @@ def parse_run(inputs: list[str], stdin: bytes | None = None) -> Run:
             clues["megatron"] = "pipe_mem" if any("memory(GiB)" in r for r in best.info.megatron_rows) else "pipe"
         table = best.rows.build(start_step)
         layouts = best.rows.layouts
+        run.nonfinite.update(best.rows.nonfinite)
         run.line_file = best.name
         clues["quoted"] = bool(best.quoted)
         _finish_info(run, best.info, clues)
     if jsonl_rows:
         jr = max(jsonl_rows, key=len)
+        for k, v in jr.nonfinite.items():
+            run.nonfinite.setdefault(k, v)
         jt = jr.build(start_step)
         if len(table):
             table = _merge_precise(table, jt)
@@ -317,6 +320,8 @@ def parse_run(inputs: list[str], stdin: bytes | None = None) -> Run:
             table = jt
             run.line_file = str(src.jsonl[jsonl_rows.index(jr)])
         layouts = layouts or jr.layouts
+    if not len(table) and best is not None:
+        table = _other_trainers_rows(run, best.info)
     run.steps = table
     clues["layouts"] = layouts
     if any("iteration" in k for k in layouts):
@@ -342,6 +347,30 @@ def parse_run(inputs: list[str], stdin: bytes | None = None) -> Run:
     return run
 
 
+def _other_trainers_rows(run: Run, info: InfoScanner) -> StepsTable:
+    """No ms-swift/HF dict rows: step rows of another trainer's dialect (the most frequent one), else the lines that
+    repeat `key: number` pairs (a dialect the table does not know), else the training bar's updates."""
+    from diagnose.parse.steps import table_from_bars, table_from_rows
+
+    train = [(ln, r) for ln, r in info.dialect_rows if r.kind == "train"]
+    if train:
+        counts: dict[str, int] = {}
+        for _, r in train:
+            counts[r.dialect] = counts.get(r.dialect, 0) + 1
+        best = max(counts, key=lambda k: counts[k])
+        rows = [(ln, r) for ln, r in train if r.dialect == best]
+        run.step_dialect = f"{rows[0][1].trainer} ({best})"
+        return table_from_rows(rows)
+    generic = info.generic.rows()
+    if generic:
+        run.step_dialect = "repeated key: value lines (a dialect swiftdoc has no entry for)"
+        return table_from_rows(generic)
+    if info.bar_rows:
+        run.step_dialect = "the training progress bar (tqdm)"
+        return table_from_bars(info.bar_rows)
+    return StepsTable()
+
+
 def _trainer(run: Run, clues: dict[str, Any], hints: dict[str, int], table: StepsTable) -> str:
     """Which trainer printed the text: it decides the dialect of a fix, never whether to diagnose."""
     megatron = bool(clues.get("megatron")) or (run.launch.command or "").startswith("megatron") or bool(hints.get("megatron"))
@@ -352,7 +381,7 @@ def _trainer(run: Run, clues: dict[str, Any], hints: dict[str, int], table: Step
     for name in ("llama-factory", "trl"):
         if hints.get(name):
             return name
-    if len(table) or hints.get("hf-trainer"):
+    if (len(table) and run.step_dialect is None) or hints.get("hf-trainer"):
         return "hf-trainer"
     if hints.get("deepspeed"):
         return "deepspeed"

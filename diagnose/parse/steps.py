@@ -43,6 +43,17 @@ class StepRows:
         self._dicts: list[dict[str, float]] = []
         self._printed_elapsed: list[tuple[float, float]] = []  # (line, elapsed_time seconds as printed)
         self.layouts: list[list[str]] = []
+        self.nonfinite: dict[str, list[int]] = {}  # metric key -> [rows printed nan/inf, first line]
+
+    def _note_nonfinite(self, key: str, count: int, first_line: int) -> None:
+        if count <= 0 or key.endswith(("#0", "#1")):
+            return
+        cur = self.nonfinite.get(key)
+        if cur is None:
+            self.nonfinite[key] = [int(count), int(first_line)]
+        else:
+            cur[0] += int(count)
+            cur[1] = min(cur[1], int(first_line))
 
     def __len__(self) -> int:
         return self._n + len(self._dicts)
@@ -81,6 +92,9 @@ class StepRows:
         n = len(lines)
         out: dict[str, np.ndarray] = {"line": lines}
         for k, v in cols.items():
+            bad = ~np.isfinite(v)
+            if bad.any():  # nan in any metric (rewards, kl, logps...), not only loss and grad_norm
+                self._note_nonfinite(k, int(bad.sum()), int(lines[np.argmax(bad)]))
             if k in STEP_KEYS:
                 out[STEP_KEYS[k]] = v
             elif k.endswith("#0"):
@@ -102,6 +116,10 @@ class StepRows:
     def add_dict(self, d: dict[str, Any], line: int) -> None:
         row: dict[str, float] = {"line": float(line)}
         for k, v in d.items():
+            if not k.startswith("_") and isinstance(v, (int, float, str)) and not isinstance(v, bool):
+                n_ = to_number(v)
+                if isinstance(n_, float) and not math.isfinite(n_):
+                    self._note_nonfinite(k, 1, line)
             if k in STEP_KEYS:
                 n = to_number(v)
                 if n is not None:
@@ -247,3 +265,43 @@ def _derive_times(cols: dict[str, np.ndarray], start_step: float) -> None:
         ds = np.diff(np.concatenate(([start_step], step[idx])))
         ds[ds <= 0] = 1
         elapsed[idx] = np.cumsum(interval[idx] * ds)
+
+
+# dialect field -> StepsTable column (parse.dialects rows: other trainers' step lines)
+_DIALECT_COLS = {"step": "step", "total": "max_steps", "loss": "loss", "grad_norm": "grad_norm", "lr": "learning_rate",
+                 "mem_peak_gib": "memory_gib", "epoch": "epoch", "step_time_s": "interval_s",
+                 "data_time_s": "data_time_s", "samples_per_s": "samples_per_s", "tokens_per_s": "tokens_per_s",
+                 "mfu_pct": "mfu_pct"}
+
+
+def table_from_rows(rows: list[tuple[int, Any]]) -> StepsTable:
+    """A steps table from other trainers' step rows ((line, DialectRow), in order): the trainer's own step time is
+    the interval (it is per iteration already); a row without a step number counts on from the last one."""
+    n = len(rows)
+    cols: dict[str, np.ndarray] = {c: np.full(n, np.nan) for c in set(_DIALECT_COLS.values()) | {"line"}}
+    last = 0.0
+    for i, (line, r) in enumerate(rows):
+        v = r.values
+        for f, c in _DIALECT_COLS.items():
+            if f in v:
+                cols[c][i] = v[f]
+        if "mem_peak_gib" not in v and "mem_current_gib" in v:
+            cols["memory_gib"][i] = v["mem_current_gib"]
+        if math.isnan(cols["step"][i]):
+            cols["step"][i] = last + 1
+        last = cols["step"][i]
+        cols["line"][i] = line
+    # a value the row printed is present, a printed nan included
+    present = {c: np.array([f in r.values for _, r in rows], bool) for f, c in _DIALECT_COLS.items()
+               if c in ("loss", "grad_norm", "learning_rate", "epoch")}
+    present["memory_gib"] = np.array([("mem_peak_gib" in r.values or "mem_current_gib" in r.values) for _, r in rows], bool)
+    return StepsTable(cols, present)
+
+
+def table_from_bars(bars: list[dict[str, Any]]) -> StepsTable:
+    """A steps table from tqdm training-bar updates (step, total, s/it): progress without a log dict."""
+    n = len(bars)
+    cols = {"step": np.array([b["step"] for b in bars], float), "max_steps": np.array([b["total"] for b in bars], float),
+            "interval_s": np.array([b.get("s_per_it", np.nan) for b in bars], float),
+            "line": np.array([b["line"] for b in bars], float)}
+    return StepsTable(cols, {c: np.zeros(n, bool) for c in ("loss", "grad_norm", "learning_rate", "memory_gib", "epoch")})

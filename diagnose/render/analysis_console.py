@@ -25,6 +25,8 @@ def _run_line(run: Run) -> str:
         parts = [version_words(run.swift_version, run.version_clue, short=True).replace("ms-swift", TRAINER_NAMES.get(run.trainer, run.trainer), 1)]
     elif run.recognized:
         parts = [f"{TRAINER_NAMES.get(run.trainer, run.trainer)} {run.swift_version or '?'}"]
+    elif run.trainer == "unknown" and run.step_dialect:
+        parts = [f"steps read from {run.step_dialect}"]
     else:
         parts = [TRAINER_NAMES.get(run.trainer, run.trainer) if run.trainer != "unknown" else "trainer not recognised"]
     if run.header_line is None and not run.ended:

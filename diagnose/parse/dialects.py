@@ -1,0 +1,243 @@
+"""Step rows of every trainer, read from the format strings they print: the dialect table, and a generic fallback.
+
+Contract:
+- `DIALECTS`: the entries of `dialects.yaml` (one per trainer's per-step line: torchvision's MetricLogger,
+  mmengine, detectron2, Megatron-LM, DeepSpeed, nanoGPT, torchtitan, verl, Lightning, tqdm bars ...), each with
+  its needles (all must be in the line: a cheap prefilter), a pattern with named groups, the canonical field
+  each group fills and its unit, the source that prints it and its own line cases.
+- `match_dialect(line) -> DialectRow | None`: the first entry whose needles and pattern match; values are converted
+  to canonical units (seconds, GiB, percent; "1:02:10" durations; "5,123" counts).
+- `GenericRows`: the fallback for dialects the table does not know: lines that hold three or more `key: number`
+  (or `key=number`) pairs are collected by their key set; a key set that repeats on at least 3 lines with numbers
+  that change is a step row of an unknown dialect, its keys mapped to canonical fields by synonyms (`SYNONYMS`:
+  `lr` -> lr, `iter_time`/`batch_time` -> step_time_s, `data_time` -> data_time_s, `max mem` -> mem_peak_gib ...).
+Canonical fields: step, total, epoch, loss, grad_norm, lr, step_time_s, data_time_s, mem_peak_gib, mem_current_gib,
+samples_per_s, tokens_per_s, tflops, mfu_pct, elapsed_s, remaining_s, skipped_iters, nan_iters, loss_scale,
+reward, kl.  Stdlib + yaml; the table is loaded once.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CANONICAL = ("step", "total", "epoch", "loss", "grad_norm", "lr", "step_time_s", "data_time_s", "mem_peak_gib",
+             "mem_current_gib", "samples_per_s", "tokens_per_s", "tflops", "mfu_pct", "elapsed_s", "remaining_s",
+             "skipped_iters", "nan_iters", "loss_scale", "reward", "kl")
+_GIB = 2.0 ** 30
+
+
+@dataclass
+class Dialect:
+    name: str
+    trainer: str
+    kind: str  # train | eval | preprocess | timers | summary
+    needles: tuple[str, ...]
+    pattern: re.Pattern[str]
+    fields: dict[str, tuple[str, str | None]]  # canonical -> (group, unit)
+    source: str = ""
+
+
+@dataclass
+class DialectRow:
+    dialect: str
+    trainer: str
+    kind: str
+    values: dict[str, float] = field(default_factory=dict)
+
+
+def _hms(text: str) -> float | None:
+    t = text.strip()
+    days = 0.0
+    m = re.match(r"(\d+)\s+days?,\s*(.*)$", t)
+    if m:
+        days, t = float(m.group(1)), m.group(2)
+    parts = t.split(":")
+    try:
+        nums = [float(p) for p in parts]
+    except ValueError:
+        return None
+    secs = 0.0
+    for n in nums:
+        secs = secs * 60 + n
+    return days * 86400 + secs
+
+
+def convert(text: str, unit: str | None) -> float | None:
+    """A printed value in `unit` -> the canonical unit (s, GiB, percent, plain number)."""
+    if text is None:
+        return None
+    s = text.strip().rstrip(",;")
+    if unit == "hms":
+        return _hms(s)
+    if unit == "count":
+        s = s.replace(",", "").replace("_", "")
+    low = s.lower()
+    if low in ("nan", "-nan", "+nan"):
+        v = math.nan
+    elif low in ("inf", "+inf", "infinity"):
+        v = math.inf
+    elif low in ("-inf", "-infinity"):
+        v = -math.inf
+    else:
+        try:
+            v = float(s)
+        except ValueError:
+            return None
+    if unit in (None, "", "s", "count", "pct", "plain"):
+        return v
+    factor = {"ms": 1e-3, "min": 60.0, "MiB": 2.0 ** 20 / _GIB, "MB": 1e6 / _GIB, "GiB": 1.0, "GB": 1e9 / _GIB,
+              "B": 1.0 / _GIB, "KiB": 1024.0 / _GIB, "KB": 1e3 / _GIB}.get(unit)
+    return v * factor if factor is not None else v
+
+
+def load_dialects(path: Path | None = None) -> list[Dialect]:
+    import yaml
+
+    p = path or Path(__file__).with_name("dialects.yaml")
+    if not p.is_file():
+        return []
+    out = []
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    for e in yaml.load(p.read_text(encoding="utf-8"), Loader=loader) or []:
+        fields = {}
+        for canon, spec in (e.get("fields") or {}).items():
+            if canon not in CANONICAL:
+                raise ValueError(f"dialects.yaml {e.get('name')}: unknown canonical field {canon!r}")
+            spec = spec if isinstance(spec, dict) else {"group": spec}
+            fields[canon] = (spec["group"], spec.get("unit"))
+        out.append(Dialect(name=e["name"], trainer=e.get("trainer", e["name"]), kind=e.get("kind", "train"),
+                           needles=tuple(e.get("needles") or ()), pattern=re.compile(e["pattern"]), fields=fields,
+                           source=str(e.get("source", ""))))
+    return out
+
+
+_TABLE: list[Dialect] | None = None
+
+
+def dialects() -> list[Dialect]:
+    global _TABLE
+    if _TABLE is None:
+        _TABLE = load_dialects()
+    return _TABLE
+
+
+def match_dialect(line: str) -> DialectRow | None:
+    for d in dialects():
+        if d.needles and not all(n in line for n in d.needles):
+            continue
+        m = d.pattern.search(line)
+        if not m:
+            continue
+        vals: dict[str, float] = {}
+        gd = m.groupdict()
+        for canon, (group, unit) in d.fields.items():
+            raw = gd.get(group)
+            if raw is None:
+                continue
+            v = convert(raw, unit)
+            if v is not None:
+                vals[canon] = v
+        if vals:
+            return DialectRow(d.name, d.trainer, d.kind, vals)
+    return None
+
+
+# ------------------------------------------------------------------------------ the generic fallback
+# key (lower-case, spaces and separators normalised) -> (canonical, unit when the key implies one)
+SYNONYMS: dict[str, tuple[str, str | None]] = {
+    "loss": ("loss", None), "train_loss": ("loss", None), "lm_loss": ("loss", None), "total_loss": ("loss", None),
+    "train/loss": ("loss", None), "training_loss": ("loss", None), "loss_avg": ("loss", None),
+    "lr": ("lr", None), "learning_rate": ("lr", None), "train/lr": ("lr", None),
+    "grad_norm": ("grad_norm", None), "gnorm": ("grad_norm", None), "grad norm": ("grad_norm", None),
+    "train/grad_norm": ("grad_norm", None),
+    "time": ("step_time_s", "s"), "iter_time": ("step_time_s", "s"), "batch_time": ("step_time_s", "s"),
+    "step_time": ("step_time_s", "s"), "time_per_step": ("step_time_s", "s"), "iteration_time": ("step_time_s", "s"),
+    "elapsed time per iteration (ms)": ("step_time_s", "ms"), "time_ms": ("step_time_s", "ms"),
+    "step_time_ms": ("step_time_s", "ms"), "dt": ("step_time_s", "s"),
+    "data_time": ("data_time_s", "s"), "data": ("data_time_s", "s"), "data_wait": ("data_time_s", "s"),
+    "dataloader_time": ("data_time_s", "s"), "data_load_time": ("data_time_s", "s"), "data_ms": ("data_time_s", "ms"),
+    "mem": ("mem_peak_gib", "MiB"), "memory": ("mem_peak_gib", "MiB"), "max_mem": ("mem_peak_gib", "MiB"),
+    "max mem": ("mem_peak_gib", "MiB"), "max_memory": ("mem_peak_gib", "MiB"), "memory(gib)": ("mem_peak_gib", "GiB"),
+    "mem_gib": ("mem_peak_gib", "GiB"), "memory_gb": ("mem_peak_gib", "GB"),
+    "it": ("step", None), "iter": ("step", None), "step": ("step", None), "iteration": ("step", None),
+    "global_step": ("step", None), "epoch": ("epoch", None),
+    "tps": ("tokens_per_s", "count"), "tokens/s": ("tokens_per_s", "count"), "tok/s": ("tokens_per_s", "count"),
+    "tokens_per_sec": ("tokens_per_s", "count"), "tokens_per_second": ("tokens_per_s", "count"),
+    "samples/s": ("samples_per_s", None), "samples/sec": ("samples_per_s", None),
+    "samples_per_sec": ("samples_per_s", None), "samples_per_second": ("samples_per_s", None),
+    "train_samples_per_second": ("samples_per_s", None), "mfu": ("mfu_pct", "pct"), "tflops": ("tflops", None),
+    "kl": ("kl", None), "reward": ("reward", None), "rewards": ("reward", None), "loss_scale": ("loss_scale", None),
+}
+_KV = re.compile(r"([A-Za-z_][\w/() .-]{0,40}?)\s*[:=]\s*(-?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|-?inf)"
+                 r"\s*(ms|s|MB|Mb|MiB|GB|GiB|M|G|%)?(?=[\s,|;)\]}]|$)")
+_MIN_PAIRS = 3
+_MIN_ROWS = 3
+
+
+def _norm_key(k: str) -> str:
+    return re.sub(r"\s+", " ", k.strip().lower())
+
+
+def _unit_of(suffix: str | None, implied: str | None) -> str | None:
+    if suffix in ("ms", "s"):
+        return suffix
+    if suffix in ("M", "MB", "MiB", "Mb"):
+        return "MiB" if suffix != "MB" else "MB"
+    if suffix in ("G", "GB", "GiB"):
+        return "GiB" if suffix != "GB" else "GB"
+    if suffix == "%":
+        return "pct"
+    return implied
+
+
+class GenericRows:
+    """Collects `key: number` lines by key set; `rows()` keeps the key sets that repeat with changing numbers."""
+
+    def __init__(self) -> None:
+        self._by_keys: dict[tuple[str, ...], list[tuple[int, dict[str, tuple[str, str | None]]]]] = {}
+
+    def feed(self, lineno: int, line: str) -> bool:
+        if line.count(":") + line.count("=") < _MIN_PAIRS or len(line) > 4000:
+            return False
+        pairs = _KV.findall(line)
+        if len(pairs) < _MIN_PAIRS:
+            return False
+        kv: dict[str, tuple[str, str | None]] = {}
+        for k, v, suf in pairs:
+            kv.setdefault(_norm_key(k), (v, suf or None))
+        if not any(k in SYNONYMS for k in kv):
+            return False
+        key = tuple(sorted(kv))
+        rows = self._by_keys.setdefault(key, [])
+        if len(rows) < 200_000:
+            rows.append((lineno, kv))
+        return True
+
+    def rows(self) -> list[tuple[int, DialectRow]]:
+        out: list[tuple[int, DialectRow]] = []
+        for keys, rows in self._by_keys.items():
+            if len(rows) < _MIN_ROWS:
+                continue
+            mapped = [k for k in keys if k in SYNONYMS]
+            changing = [k for k in mapped if len({r[1][k][0] for r in rows[:50]}) > 1]
+            if not changing:
+                continue
+            for lineno, kv in rows:
+                vals: dict[str, float] = {}
+                for k in mapped:
+                    canon, implied = SYNONYMS[k]
+                    if canon in vals:
+                        continue
+                    raw, suf = kv[k]
+                    v = convert(raw, _unit_of(suf, implied))
+                    if v is not None:
+                        vals[canon] = v
+                out.append((lineno, DialectRow("generic", "unknown trainer", "train", vals)))
+        out.sort(key=lambda x: x[0])
+        return out
+
+
+__all__ = ["CANONICAL", "Dialect", "DialectRow", "dialects", "load_dialects", "match_dialect", "convert", "GenericRows",
+           "SYNONYMS"]

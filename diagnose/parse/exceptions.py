@@ -1,0 +1,152 @@
+"""What an exception means, from the exception: the last traceback as a typed object, classified by a table.
+
+Contract:
+- `TypedException(cls, message, module, function, line, chain, rank)`: the exception class (its last dotted part),
+  its message, the raising frame (the last `File "...", line N, in FUNC` before the exception line: its path and
+  function), the chained exceptions before it (root cause first) and the rank that printed it.
+  `typed_exception(event)` builds it from a `traceback` event of parse.events.
+- `MEANINGS`: the entries of `exceptions.yaml` (derived from the frameworks' sources: argument classes and
+  validators -> config, datasets/pyarrow/json/media decoders -> data_loading, the allocator -> oom,
+  torch.distributed/NCCL/gloo -> nccl, ...; each with the class names, the raising module and function and the
+  message it matches, its confidence, a one-line explanation, the source that raises it and its own cases).
+- `classify(exc) -> Meaning | None`: the first entry matching the exception itself; for a chain, the root cause is
+  tried first and a specific entry (one that names a class or a message) beats a fallback keyed on the raising
+  module alone, whichever link it matched.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class Meaning:
+    id: str
+    category: str
+    confidence: str  # certain | probable
+    explain: str
+    exceptions: tuple[str, ...] = ()
+    module: re.Pattern[str] | None = None
+    function: re.Pattern[str] | None = None
+    message: re.Pattern[str] | None = None
+    source: str = ""
+    cases: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def generic(self) -> bool:
+        """A fallback keyed on where the exception was raised, not on what it says."""
+        return not self.exceptions and self.message is None
+
+
+@dataclass
+class TypedException:
+    cls: str
+    message: str
+    module: str | None = None  # path of the raising frame
+    function: str | None = None
+    line: int | None = None  # the exception line in the log
+    chain: list[TypedException] = field(default_factory=list)  # causes, root first
+    rank: int | None = None
+    qualified: str = ""
+
+    def describe(self) -> str:
+        mod = re.sub(r"^.*?(?:site-packages|dist-packages)/", "", self.module) if self.module else None
+        if not self.cls:  # a traceback cut before its exception line
+            return f"a traceback cut in {mod}" + (f", {self.function}" if self.function else "") if mod else \
+                "a traceback cut before its exception line"
+        where = f" (raised in {mod}" + (f", {self.function}" if self.function else "") + ")" if mod else ""
+        return f"{self.qualified or self.cls}: {self.message}".rstrip(": ") + where
+
+
+_LOADED: list[Meaning] | None = None
+
+
+def load_meanings(path: Path | None = None) -> list[Meaning]:
+    import yaml
+
+    p = path or Path(__file__).with_name("exceptions.yaml")
+    if not p.is_file():
+        return []
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    out: list[Meaning] = []
+    for e in yaml.load(p.read_text(encoding="utf-8"), Loader=loader) or []:
+        exc = e.get("exception") or []
+        exc = [exc] if isinstance(exc, str) else list(exc)
+        out.append(Meaning(
+            id=e["id"], category=e["category"], confidence=e.get("confidence", "probable"),
+            explain=str(e.get("explain", "")).strip(), exceptions=tuple(x.split(".")[-1] for x in exc),
+            module=re.compile(e["module"]) if e.get("module") else None,
+            function=re.compile(e["function"]) if e.get("function") else None,
+            message=re.compile(e["message"]) if e.get("message") else None,
+            source=str(e.get("source", "")), cases=e.get("cases") or {}))
+    return out
+
+
+def meanings() -> list[Meaning]:
+    global _LOADED
+    if _LOADED is None:
+        _LOADED = load_meanings()
+    return _LOADED
+
+
+def _matches(m: Meaning, exc: TypedException) -> bool:
+    if m.exceptions and exc.cls not in m.exceptions:
+        return False
+    if m.module is not None and not (exc.module and m.module.search(exc.module.replace("\\", "/"))):
+        return False
+    if m.function is not None and not (exc.function and m.function.search(exc.function)):
+        return False
+    if m.message is not None and not m.message.search(exc.message[:2000]):
+        return False
+    return True
+
+
+def classify_one(exc: TypedException) -> Meaning | None:
+    for m in meanings():
+        if _matches(m, exc):
+            return m
+    return None
+
+
+def classify(exc: TypedException) -> tuple[Meaning, TypedException] | None:
+    """The meaning of a crash: root cause first; a specific entry on any link beats a module-only fallback."""
+    links = [*exc.chain, exc]
+    fallback = None
+    for link in links:
+        m = classify_one(link)
+        if m is None:
+            continue
+        if not m.generic:
+            return m, link
+        fallback = fallback or (m, link)
+    return fallback
+
+
+_EXC = re.compile(r"^([A-Za-z_][\w.]*)(?::\s?(.*))?$", re.S)
+
+
+def parse_exception_line(text: str) -> tuple[str, str, str]:
+    """'torch.distributed.DistBackendError: NCCL error ...' -> ('DistBackendError', message, qualified name)."""
+    m = _EXC.match(text.strip())
+    if not m:
+        return text.strip()[:80], "", text.strip()[:80]
+    qual = m.group(1)
+    return qual.split(".")[-1], (m.group(2) or "").strip(), qual
+
+
+def typed_exception(event: Any) -> TypedException:
+    cls, msg, qual = parse_exception_line(event.text)
+    frames = event.detail.get("frames") or []
+    last = frames[-1] if frames else {}
+    chain = []
+    for c in event.detail.get("causes") or []:
+        c_cls, c_msg, c_qual = parse_exception_line(c.get("text", ""))
+        chain.append(TypedException(c_cls, c_msg, line=c.get("line"), qualified=c_qual))
+    return TypedException(cls, msg, last.get("file"), last.get("func"), event.line, chain,
+                          event.detail.get("rank"), qual)
+
+
+__all__ = ["Meaning", "TypedException", "meanings", "load_meanings", "classify", "classify_one", "typed_exception",
+           "parse_exception_line"]

@@ -1,0 +1,119 @@
+"""Other trainers' step rows (issue #17): the dialect table's own line cases, the generic fallback, tqdm bars as
+rows, and features that do not care which dialect the rows came from."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from diagnose.parse.dialects import CANONICAL, GenericRows, convert, dialects
+from diagnose.parse.run import parse_text
+from diagnose.pipeline import analyze_run
+
+TABLE = dialects()
+
+
+def _entries() -> list[dict]:
+    from pathlib import Path
+
+    import yaml
+
+    from diagnose.parse import dialects as mod
+
+    p = Path(mod.__file__).with_name("dialects.yaml")
+    return (yaml.safe_load(p.read_text(encoding="utf-8")) or []) if p.is_file() else []
+
+
+def _cases():
+    for e in _entries():
+        for c in (e.get("cases") or {}).get("match", []):
+            yield pytest.param(e["name"], c["line"], c.get("expect") or {}, id=f"{e['name']}-match")
+
+
+def _no_match():
+    for e in _entries():
+        for line in (e.get("cases") or {}).get("no_match", []):
+            yield pytest.param(e["name"], line, id=f"{e['name']}-no_match")
+
+
+def test_the_table_covers_the_trainers_of_the_issue():
+    names = " ".join(f"{d.name} {d.trainer}".lower() for d in TABLE)
+    for who in ("metriclogger", "mmengine", "detectron2", "megatron", "deepspeed", "nanogpt", "torchtitan", "verl"):
+        assert who in names.replace("_", "").replace(" ", "") or who in names, who
+    for d in TABLE:
+        assert d.source and d.needles and d.fields
+        assert set(d.fields) <= set(CANONICAL)
+
+
+@pytest.mark.parametrize("name,line,expect", list(_cases()))
+def test_dialect_line_cases(name, line, expect):
+    from diagnose.parse.prefix import strip_paste
+
+    body = strip_paste(line)[0]
+    d = next(x for x in TABLE if x.name == name)
+    m = d.pattern.search(body)
+    assert m, f"{name} does not match its own case"
+    got = {}
+    for canon, (group, unit) in d.fields.items():
+        if m.groupdict().get(group) is not None:
+            got[canon] = convert(m.group(group), unit)
+    for k, v in expect.items():
+        assert k in got, (name, k, got)
+        if isinstance(v, float) and math.isnan(v):
+            assert math.isnan(got[k])
+        else:
+            assert got[k] == pytest.approx(v, rel=1e-3, abs=1e-9), (name, k, got[k], v)
+
+
+@pytest.mark.parametrize("name,line", list(_no_match()))
+def test_dialect_no_match_cases(name, line):
+    d = next(x for x in TABLE if x.name == name)
+    assert not (all(n in line for n in d.needles) and d.pattern.search(line)), f"{name} matched {line!r}"
+
+
+def test_patterns_stay_linear_on_long_lines():
+    import time
+
+    for d in TABLE:
+        junk = (" ".join(d.needles) + " ") * 4000 + "x" * 50_000
+        t0 = time.perf_counter()
+        d.pattern.search(junk)
+        assert time.perf_counter() - t0 < 0.5, d.name
+
+
+def test_units_convert_to_canonical():
+    assert convert("20480", "MiB") == pytest.approx(20.0)
+    assert convert("1:02:10", "hms") == 3730
+    assert convert("1 day, 2:03:04", "hms") == 86400 + 7384
+    assert convert("5,123", "count") == 5123
+    assert convert("123.45", "ms") == pytest.approx(0.12345)
+    assert math.isnan(convert("nan", None))
+
+
+def test_generic_rows_need_repeating_keys_with_changing_numbers():
+    g = GenericRows()
+    for i in range(5):
+        g.feed(i + 1, f"iter {i}: loss={2.0 - i * 0.1:.2f}, lr=1e-4, time={0.5 + i * 0.01:.2f}s, data_time=0.40s")
+    rows = g.rows()
+    assert len(rows) == 5 and rows[0][1].values["step_time_s"] == pytest.approx(0.5)
+    assert rows[0][1].values["data_time_s"] == pytest.approx(0.4)
+    h = GenericRows()
+    for i in range(5):  # the same numbers on every line: a config print, not steps
+        h.feed(i + 1, "batch_size: 8, lr: 0.0001, epochs: 3, workers: 4")
+    assert h.rows() == []
+
+
+def test_a_run_shown_only_by_a_progress_bar_is_read_as_steps():
+    text = "\n".join(f"Train:  40%|████      | {400 + i}/1000 [1:02:{10 + i:02d}<1:33:15,  9.3{i}s/it]" for i in range(4))
+    run = parse_text(text + "\n")
+    assert len(run.steps) == 4 and run.steps["interval_s"][0] == pytest.approx(9.30)
+    diag = analyze_run(run)
+    assert diag.primary.category == "healthy" and "steps 400-403" in diag.primary.summary
+
+
+def test_data_wait_from_any_trainer_s_rows_decides_data_loading():
+    lines = [f"[{t}] iter: {i}/1000, loss: 1.{i}, lr: 1e-4, iter_time: 1.2{i}s, data_time: 0.9{i}s, mem: 5000Mb"
+             for i, t in enumerate(["10:00:01", "10:00:02", "10:00:03", "10:00:04", "10:00:05"])]
+    diag = analyze_run(parse_text("\n".join(lines) + "\n"))
+    assert diag.primary.category == "data_loading"
+    assert diag.features["data_time_frac"] > 0.6
