@@ -308,6 +308,16 @@ def _cfg_err(ctx: Ctx):
     return None
 
 
+@feature("config_error_message", "text", "The configuration error's own message (the event `config_error` names).", FAMILY)
+def _cfg_msg(ctx: Ctx):
+    for e in ctx.run.events:
+        if e.kind in ("traceback", "bad_args", "config_error"):
+            for _name, needles in _CONFIG_ERRORS:
+                if any(n in e.text for n in needles):
+                    return e.text[:300], [_ref(e)]
+    return None
+
+
 @feature("rejected_flags", "list", "Flags ms-swift refused at argument parsing (from `remaining_argv: [...]`).", FAMILY)
 def _rejected(ctx: Ctx):
     import re
