@@ -151,6 +151,12 @@ def build_diagnosis(findings: list[Finding], skipped: list[Skipped], features: F
                           confidence=p.confidence, missing=p.missing)
     elif len(run.steps):
         primary = _healthy(run, feats)
+    elif any(f.rule == "MB004" for f in ranked):
+        # a snapshot of busy GPUs with full memory and nothing wrong beside it: the job is working
+        primary = Primary(category="healthy", rule=None, severity="info", confidence="probable",
+                          summary="The GPUs are busy and their memory is full: PyTorch's caching allocator keeps freed "
+                                  "memory reserved; nothing in the text says the job is in trouble.",
+                          missing="no training step rows: only the GPU snapshot shows the job at work")
     else:
         what = ("no training steps and no known error signature" if run.total_lines or run.sources
                 else "nothing")

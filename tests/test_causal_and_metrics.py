@@ -1,0 +1,78 @@
+"""Which came first, and nan in any metric (issue #17): the diagnosis reads the order of what the text shows and
+every metric a trainer prints, not only loss and grad_norm."""
+from __future__ import annotations
+
+from diagnose.parse.run import parse_text
+from diagnose.pipeline import analyze_run
+
+WATCHDOG = ("[rank1]:[E1012 09:21:03.364585470 ProcessGroupNCCL.cpp:607] [Rank 1] Watchdog caught collective operation "
+            "timeout: WorkNCCL(SeqNum=1, OpType=BROADCAST, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for "
+            "1800087 milliseconds before timing out.")
+
+
+def test_preprocessing_still_running_when_the_collective_timed_out_is_data_loading():
+    text = "\n".join([
+        "Running tokenizer on dataset (num_proc=8):  45%|████▌     | 54000/120000 [28:10<34:25, 31.95 examples/s]",
+        WATCHDOG,
+    ])
+    diag = analyze_run(parse_text(text + "\n"))
+    assert diag.primary.category == "data_loading" and diag.primary.rule == "DL021"
+    assert any(f.rule == "NC001" for f in diag.findings)  # the timeout is still reported, as the consequence
+
+
+def test_a_timeout_after_training_started_is_not_blamed_on_preprocessing():
+    text = "\n".join([
+        "Map (num_proc=8):  45%|████▌     | 54000/120000 [28:10<34:25, 31.95 examples/s]",
+        "Map (num_proc=8): 100%|██████████| 120000/120000 [58:10<00:00, 31.95 examples/s]",
+        "{'loss': 1.2, 'grad_norm': 0.5, 'learning_rate': 1e-05, 'epoch': 0.1, 'global_step/max_steps': '5/100'}",
+        WATCHDOG,
+    ])
+    diag = analyze_run(parse_text(text + "\n"))
+    assert diag.primary.category == "nccl"
+    assert not any(f.rule == "DL021" for f in diag.findings)
+
+
+def test_nan_in_a_reward_or_kl_is_nan():
+    rows = [f"{{'loss': 0.1, 'grad_norm': 0.5, 'learning_rate': 1e-06, 'reward': {r}, 'kl': {k}, "
+            f"'rewards/accuracy/std': nan, 'epoch': 0.{i}}}" for i, (r, k) in enumerate([(0.5, 0.01), (0.4, "nan"),
+                                                                                            ("nan", "nan")], 1)]
+    diag = analyze_run(parse_text("\n".join(rows) + "\n"))
+    assert diag.primary.category == "nan" and diag.primary.rule == "NAN009"
+    f = next(f for f in diag.findings if f.rule == "NAN009")
+    assert "kl" in f.evidence and "reward" in f.evidence and "std" not in f.evidence
+
+
+def test_a_spread_that_is_nan_alone_is_not_a_problem():
+    rows = [f"{{'loss': 0.1, 'grad_norm': 0.5, 'learning_rate': 1e-06, 'reward': 0.5, 'reward_std': nan, "
+            f"'epoch': 0.{i}}}" for i in range(1, 4)]
+    diag = analyze_run(parse_text("\n".join(rows) + "\n"))
+    assert diag.primary.category != "nan"
+
+
+def test_nan_in_an_eval_metric_is_nan():
+    text = "\n".join([
+        "{'loss': 0.9, 'grad_norm': 0.5, 'learning_rate': 1e-05, 'epoch': 0.5, 'global_step/max_steps': '50/100'}",
+        "{'eval_loss': 1.1, 'eval_token_acc': nan, 'eval_runtime': 3.1, 'epoch': 0.5}",
+    ])
+    diag = analyze_run(parse_text(text + "\n"))
+    assert diag.primary.category == "nan"
+
+
+def test_a_snapshot_of_busy_full_gpus_alone_is_normal_caching():
+    smi = """\
++-----------------------------------------------------------------------------------------+
+| NVIDIA-SMI 550.54.15              Driver Version: 550.54.15      CUDA Version: 12.4     |
+|-----------------------------------------+------------------------+----------------------+
+| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |
+| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |
+|=========================================+========================+======================|
+|   0  NVIDIA A100-SXM4-80GB          On  |   00000000:07:00.0 Off |                    0 |
+| N/A   62C    P0            380W /  400W |   79123MiB /  81920MiB |     98%      Default |
++-----------------------------------------+------------------------+----------------------+
+|   1  NVIDIA A100-SXM4-80GB          On  |   00000000:0B:00.0 Off |                    0 |
+| N/A   60C    P0            372W /  400W |   78870MiB /  81920MiB |     97%      Default |
++-----------------------------------------+------------------------+----------------------+
+"""
+    diag = analyze_run(parse_text(smi))
+    assert diag.primary.category == "healthy" and diag.primary.confidence == "probable"
+    assert "caching" in diag.primary.summary
