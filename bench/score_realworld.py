@@ -144,11 +144,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="one JSON object per case")
     ap.add_argument("--misses-only", action="store_true")
     ap.add_argument("--batches", action="store_true", help="list the corpus folders that would be scored")
+    ap.add_argument("--first-look", action="store_true",
+                    help="record each given batch's score as its first look (FIRST_LOOK.md in the batch folder, with "
+                         "the commit it was scored at); refuses a batch that already has one")
     a = ap.parse_args(argv)
     dirs = corpora(a.dirs)
     if a.batches:
         print("\n".join(str(d) for d in dirs))
         return 0
+    if a.first_look:
+        return _first_look(dirs)
     every: list[dict] = []
     per: list[tuple[Path, list[dict]]] = []
     for d in dirs:
@@ -174,6 +179,30 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(summary))
         print(report(every, misses_only=True).splitlines()[-1] if every else "")
         print("\n".join(calibration(every)))
+    return 0
+
+
+def _first_look(dirs: list[Path]) -> int:
+    """Score a batch before anyone tunes on it, and keep that figure with the batch: the honest measure."""
+    import subprocess
+
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "diagnose"], capture_output=True,
+                           text=True).stdout.strip()
+    for d in dirs:
+        out = d / "FIRST_LOOK.md"
+        if out.exists():
+            print(f"{d.name}: already has its first look ({out}); not overwritten")
+            continue
+        rows = score(d)
+        main = [r for r in rows if r["scope"] == "core" and r["confidence_label"] in ("high", "medium")]
+        k = sum(r["right"] for r in main)
+        head = (f"# First look: {d.name}\n\nScored by `python bench/score_realworld.py {d.relative_to(ROOT)}` at commit "
+                f"{commit}{' (with uncommitted changes under diagnose/)' if dirty else ''}, before any tuning on these "
+                f"cases.\n\n**core high+medium: {k}/{len(main)} right ({100 * k / max(1, len(main)):.1f}%)**\n\n```text\n")
+        out.write_text(head + report(rows) + "\n```\n", encoding="utf-8")
+        print(f"{d.name}: core high+medium {k}/{len(main)} ({100 * k / max(1, len(main)):.1f}%) -> {out}")
     return 0
 
 
