@@ -33,7 +33,7 @@ def is_right(label: str, verdict: str) -> bool:
 def corpora(dirs: list[str]) -> list[Path]:
     """The folders to score: the given ones, or the base corpus and every finished batch (one with a README.md)."""
     if dirs:
-        return [Path(d) for d in dirs]
+        return [Path(d).resolve() for d in dirs]
     base = ROOT / "fixtures" / "realworld"
     batches = sorted(p for p in (base / "batches").glob("*") if (p / "labels.jsonl").is_file() and
                      (p / "README.md").is_file())
