@@ -47,11 +47,16 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message, hint=f"{self.prog} -h lists the options")
 
 
+def _plain(text: str) -> str:
+    """An error names what the user gave (a path, a log line): its control characters never reach the terminal."""
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
 def _err(msg: str, hint: str | None = None) -> None:
     red = sys.stderr.isatty()
-    sys.stderr.write(("\x1b[31m" if red else "") + f"error: {msg}" + ("\x1b[0m" if red else "") + "\n")
+    sys.stderr.write(("\x1b[31m" if red else "") + f"error: {_plain(msg)}" + ("\x1b[0m" if red else "") + "\n")
     if hint:
-        sys.stderr.write(f"hint: {hint}\n")
+        sys.stderr.write(f"hint: {_plain(hint)}\n")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,13 +1,14 @@
 """Many runs at once: find every run under some roots, analyse each, one row per run.
 
 Contract:
-- `find_runs(roots, skipped=None) -> list[Path]`: every ms-swift run folder below the roots (a folder
+- `find_runs(roots, skipped=None, unreadable=None) -> list[Path]`: every ms-swift run folder below the roots (a folder
   holding `logging.jsonl` or `args.json`: the `v<N>-<date>` folders ms-swift writes), every saved record
   (`*.json` of kind swiftdoc.record), plus every capture file (`*.log`, `*.out`, `*.txt`) that is not
   inside such a folder and holds training output (`holds_training_output`: its head shows a step row, a
   trainer's line, a progress bar, a traceback or an error signature; `notes.txt` and `requirements.txt`
-  do not); the files passed over are appended to `skipped`.  A root that is itself a run folder or a
-  file counts as one run.  Sorted, no duplicates.
+  do not); the files passed over are appended to `skipped`, the folders that cannot be listed and the
+  capture-named entries that are not regular files (FIFOs, devices: never opened) to `unreadable`.  A root
+  that is itself a run folder or a file counts as one run.  Sorted, no duplicates.
 - `group_jobs(paths) -> list[Path | tuple[Path, ...]]`: the captures of one multi-node job, one per node in
   one folder (their `run sh:` lines show `--nnodes` > 1 and agree apart from `--node_rank`:
   `parse.relate`), become one entry, analysed as one job (its row's path: `dir/node0.log+node1.log`).
@@ -55,7 +56,7 @@ def holds_training_output(path: Path) -> bool:
         return True
     from diagnose.parse.events import _PREFILTER
 
-    return bool(_PREFILTER.search(head))
+    return bool(_PREFILTER.search(head.lower()))  # the prefilter reads lower-cased text
 
 
 def _is_record(path: Path) -> bool:
@@ -67,8 +68,19 @@ def _is_record(path: Path) -> bool:
     return b'"swiftdoc.record"' in head
 
 
-def find_runs(roots: list[str], skipped: list[Path] | None = None) -> list[Path]:
+def find_runs(roots: list[str], skipped: list[Path] | None = None,
+              unreadable: list[tuple[Path, str]] | None = None) -> list[Path]:
+    """The runs under the roots (module contract).  `unreadable` collects (path, why) for each folder that cannot be
+    listed and each capture-named entry that is not a regular file (a FIFO would block the reader, a link to
+    /dev/zero never ends): never opened, and said."""
+    from diagnose.parse.bounded import is_regular
+
     out: set[Path] = set()
+
+    def said(path: Path, why: str) -> None:
+        if unreadable is not None:
+            unreadable.append((path, why))
+
     for r in roots:
         root = Path(r)
         if root.is_file():
@@ -79,7 +91,8 @@ def find_runs(roots: list[str], skipped: list[Path] | None = None) -> list[Path]
         if _is_run_dir(root):
             out.add(root)
             continue
-        for dirpath, dirnames, filenames in os.walk(root):
+        for dirpath, dirnames, filenames in os.walk(root, onerror=lambda e: said(Path(e.filename or "?"),
+                                                                                 f"cannot list ({e.strerror})")):
             d = Path(dirpath)
             if _is_run_dir(d):
                 out.add(d)
@@ -87,12 +100,16 @@ def find_runs(roots: list[str], skipped: list[Path] | None = None) -> list[Path]
                 continue
             for f in filenames:
                 suffix = Path(f).suffix.lower()
-                if suffix in _CAPTURE:
+                if suffix not in _CAPTURE and suffix != ".json":
+                    continue
+                if not is_regular(d / f):
+                    said(d / f, "not a regular file (a FIFO, a socket, a device or a broken link)")
+                elif suffix in _CAPTURE:
                     if holds_training_output(d / f):
                         out.add(d / f)
                     elif skipped is not None:
                         skipped.append(d / f)
-                elif suffix == ".json" and _is_record(d / f):
+                elif _is_record(d / f):
                     out.add(d / f)
     return sorted(out)
 

@@ -89,11 +89,11 @@ def test_attach_localises_a_hang_when_the_log_goes_silent(tmp_path):
     rank = tmp_path / "swift" / "cli" / "sft.py"
     rank.parent.mkdir(parents=True)
     rank.write_text(WAITER)
-    launcher = tmp_path / "launch.py"
+    launcher = tmp_path / "torchrun"  # attach follows a swift process only: a command line as torchrun's
     launcher.write_text(LAUNCHER)
     log = tmp_path / "train.log"
     with open(log, "w") as out:
-        job = subprocess.Popen([sys.executable, str(launcher)], env={**os.environ, "RANK_SCRIPT": str(rank)}, stdout=out, stderr=subprocess.STDOUT,
+        job = subprocess.Popen([sys.executable, str(launcher), "--nproc_per_node", "4", str(rank)], env={**os.environ, "RANK_SCRIPT": str(rank)}, stdout=out, stderr=subprocess.STDOUT,
                                cwd=tmp_path, start_new_session=True)
     try:
         deadline = time.monotonic() + 20

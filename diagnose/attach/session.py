@@ -480,7 +480,7 @@ class AttachSession:
         from diagnose.attach.target import rank_of
 
         self._hang_checked = now
-        dumps = dump_stacks(list(t.rank_pids))
+        dumps = dump_stacks(t.verified(t.rank_pids), still_ours=lambda p: bool(t.verified([p])))
         res = localise(dumps, ranks={p: r for p in t.rank_pids if (r := rank_of(p)) is not None})
         res["stalled_s"] = round(now - self._last_growth, 1)
         errors = sorted({d["error"] for d in dumps.values() if d.get("error")})
@@ -500,7 +500,7 @@ class AttachSession:
         from diagnose.attach.target import rank_of
 
         self._stacks_t = now
-        dumps = dump_stacks(list(t.rank_pids))
+        dumps = dump_stacks(t.verified(t.rank_pids), still_ours=lambda p: bool(t.verified([p])))
         errors = sorted({d["error"] for d in dumps.values() if d.get("error")})
         if errors and len(errors) == len(dumps):
             note = f"rank stacks: {errors[0]}"

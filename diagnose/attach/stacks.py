@@ -1,8 +1,9 @@
 """Where a hung job's ranks wait: every local rank's Python stack (py-spy), grouped, and the odd one out.
 
 Contract:
-- `dump_stacks(pids, timeout=15) -> {pid: {"frames": [...], "error": str | None}}` runs
-  `py-spy dump --pid P --json` once per process (read-only: py-spy reads the process's memory;
+- `dump_stacks(pids, timeout=15, still_ours=None) -> {pid: {"frames": [...], "error": str | None}}` runs
+  `py-spy dump --pid P --json` once per process for which `still_ours(pid)` holds right before its dump
+  (the target's start-time check: a PID reused by another process is never dumped) (read-only: py-spy reads the process's memory;
   `--nonblocking` is not used, so the pause is one dump's, milliseconds).  `frames` is the main
   thread's stack, innermost first, as {name, file, line}.  Without py-spy every entry carries the
   install hint as its error.
@@ -28,6 +29,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from typing import Any
 
 _STDLIB = (os.path.dirname(os.__file__), "<frozen", "threading.py", "selectors.py", "queue.py")
@@ -38,12 +40,17 @@ def _py_spy() -> str | None:
     return exe if os.path.exists(exe) else shutil.which("py-spy")
 
 
-def dump_stacks(pids: list[int], timeout: float = 15.0) -> dict[int, dict[str, Any]]:
+def dump_stacks(pids: list[int], timeout: float = 15.0,
+                still_ours: Callable[[int], bool] | None = None) -> dict[int, dict[str, Any]]:
     exe = _py_spy()
     out: dict[int, dict[str, Any]] = {}
     for pid in pids:
         if exe is None:
             out[pid] = {"frames": [], "error": "py-spy is not installed (pip install py-spy)"}
+            continue
+        if still_ours is not None and not still_ours(pid):  # checked right before each dump: a recycled PID
+            out[pid] = {"frames": [], "error": f"PID {pid} is no longer the job's process (ended, or its PID reused): "
+                                               "not dumped"}
             continue
         try:
             p = subprocess.run([exe, "dump", "--pid", str(pid), "--json"], capture_output=True, text=True,

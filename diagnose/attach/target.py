@@ -1,10 +1,14 @@
 """Resolve what the user pointed at (PID, output dir, log file) into the job to follow.
 
-Contract: `resolve_target(spec) -> Target`; raises `InputError` (exit 2) when the
-PID does not exist, is not an ms-swift job, cannot be read for lack of
-permission, or the path holds no ms-swift run.  `Target.refresh()` re-reads what
-can change while the job runs (children, the run folder created after start-up,
-GPUs once the job holds CUDA contexts).
+Contract: `resolve_target(spec, all_users=False) -> Target`; raises `InputError` (exit 2) when the
+PID does not exist, is not itself an ms-swift process (a launcher, torchrun or a rank: never a shell, init
+or any other process whose tree holds some job), cannot be read for lack of permission, or the path holds
+no ms-swift run.  `Target.refresh()` re-reads what can change while the job runs (children, the run folder
+created after start-up, GPUs once the job holds CUDA contexts).  A target is one job of one user: its
+processes are the launcher's tree, only those of the launcher's user (`all_users` lifts that), and a job
+found from a path is one of the path owner's processes.  Every PID is recorded with its start time;
+`Target.verified(pids)` keeps those still the same processes (a recycled PID is never dumped or followed) and
+`alive()` checks the launcher's.
 
 How a PID becomes a job: walk up to the launcher (`swift sft ...`, `megatron
 sft ...`, `torchrun ... swift/cli/sft.py`), then down its process tree; the
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +60,26 @@ def _stat(pid: int) -> tuple[int, str, float] | None:
 def pid_alive(pid: int) -> bool:
     st = _stat(pid)
     return st is not None and st[1] not in ("Z", "X")
+
+
+def start_ticks(pid: int) -> float | None:
+    """When the process started (clock ticks since boot): with the PID, what tells a process from a later one that
+    was given the same PID."""
+    st = _stat(pid)
+    return st[2] if st is not None else None
+
+
+def same_process(pid: int, ticks: float | None) -> bool:
+    """`pid` is still the process first seen with start time `ticks` (not a recycled PID); unknown ticks: alive."""
+    now = start_ticks(pid)
+    return now is not None and (ticks is None or now == ticks) and pid_alive(pid)
+
+
+def uid_of(pid: int) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
 
 
 def _start_time(pid: int) -> float | None:
@@ -198,9 +223,17 @@ class Target:
     add_version: bool = True
     gpus_pinned: bool = False  # the user named the GPUs (--gpus): keep them
     notes: list[str] = field(default_factory=list)
+    uid: int | None = None  # the job's user: only its processes are followed or dumped (unless all_users)
+    all_users: bool = False
+    starts: dict[int, float | None] = field(default_factory=dict)  # pid -> start ticks when first seen
 
     def alive(self) -> bool:
-        return self.pid is not None and pid_alive(self.pid)
+        return self.pid is not None and same_process(self.pid, self.starts.get(self.pid))
+
+    def verified(self, pids: list[int]) -> list[int]:
+        """The PIDs that are still the processes this target found (start time unchanged): only these may be
+        dumped or followed; a PID given to another process since is dropped."""
+        return [p for p in pids if p in self.starts and same_process(p, self.starts[p])]
 
     def log_paths(self) -> list[Path]:
         """The inputs to parse, as `analyze` would be given them."""
@@ -220,9 +253,16 @@ class Target:
 
     def refresh(self, nvml_pids: dict[int, set[int]] | None = None) -> None:
         """Re-read the process tree, the run folder and the GPUs (cheap; call every second or so)."""
-        if self.pid is not None and pid_alive(self.pid):
+        if self.pid is not None and self.alive():
             kids = _children_map()
-            self.pids = [self.pid] + _descendants(self.pid, kids)
+            tree = [self.pid] + _descendants(self.pid, kids)
+            if not self.all_users:  # one user's processes: a setuid helper or another user's process is not the job's
+                tree = [p for p in tree if p == self.pid or uid_of(p) == self.uid]
+            for p in tree:
+                now = start_ticks(p)
+                if self.starts.get(p) != now:  # new to us (or a PID the job's tree reused): its start time from now on
+                    self.starts[p] = now
+            self.pids = tree
             ranks = []
             for p in self.pids:
                 cmd = _cmdline(p) or []
@@ -321,14 +361,14 @@ def _run_dir_from_log(log: Path, limit: int = 4 << 20) -> Path | None:
 
 
 def _job_root(pid: int) -> int:
-    """Walk up while the parent is still part of the swift job (launcher, torchrun)."""
+    """Walk up while the parent is still part of the swift job (launcher, torchrun) and the same user's."""
     cur = pid
     for _ in range(8):
         st = _stat(cur)
         if st is None or st[0] <= 1:
             return cur
         parent = st[0]
-        if swift_role(_cmdline(parent) or []) is None:
+        if swift_role(_cmdline(parent) or []) is None or uid_of(parent) != uid_of(cur):
             return cur
         cur = parent
     return cur
@@ -371,19 +411,31 @@ def _tee_file(pipe: str) -> Path | None:
     return None
 
 
-def _from_pid(pid: int, spec: str) -> Target:
+def _from_pid(pid: int, spec: str, all_users: bool = False) -> Target:
     cmd = _cmdline(pid)
     if cmd is None:
         raise InputError(f"PID {pid}: no such process", hint="check the PID with `ps -ef | grep swift`")
-    root = _job_root(pid)
-    kids = _children_map()
-    tree = [root] + _descendants(root, kids)
-    roles = {p: swift_role(_cmdline(p) or []) for p in tree}
-    if not any(roles.values()):
+    for _ in range(10):  # a process a moment old may not have exec'd yet: its command line is empty
+        if cmd:
+            break
+        time.sleep(0.05)
+        cmd = _cmdline(pid) or []
+    if swift_role(cmd) is None:  # only a swift launcher, torchrun or rank: never a shell, init or another job's parent
         what = " ".join(cmd[:3]) if cmd else "unreadable command line"
+        kids = _children_map()
+        jobs = [p for p in _descendants(pid, kids) if swift_role(_cmdline(p) or []) is not None
+                and swift_role(_cmdline(_stat(p)[0] if _stat(p) else -1) or []) is None][:5]
         raise InputError(f"PID {pid} ({what[:120]}) is not an ms-swift job",
-                         hint="give the PID of `swift sft ...` (or its torchrun / rank processes), an output dir or a log")
-    t = Target(kind="pid", spec=spec, pid=root, pids=tree)
+                         hint=(f"it started the ms-swift process(es) {', '.join(map(str, jobs))}: attach one of them"
+                               if jobs else "give the PID of `swift sft ...` (or its torchrun / rank processes), an "
+                                            "output dir or a log"))
+    root = _job_root(pid)
+    uid = uid_of(root)
+    kids = _children_map()
+    tree = [root] + [p for p in _descendants(root, kids) if all_users or uid_of(p) == uid]
+    roles = {p: swift_role(_cmdline(p) or []) for p in tree}
+    t = Target(kind="pid", spec=spec, pid=root, pids=tree, uid=uid, all_users=all_users)
+    t.starts = {p: start_ticks(p) for p in tree}
     t.cmdline = _cmdline(root) or cmd
     t.started = _start_time(root)
     try:
@@ -433,12 +485,21 @@ def _proc_pids() -> list[int]:
     return [int(d) for d in os.listdir("/proc") if d.isdigit()]
 
 
-def find_job_for_paths(output_dir: Path | None, log: Path | None) -> int | None:
-    """The root PID of a running swift job writing to this output dir / stdout file, if any."""
+def find_job_for_paths(output_dir: Path | None, log: Path | None, all_users: bool = False) -> int | None:
+    """The root PID of a running swift job writing to this output dir / stdout file, if any: a process of the user
+    who owns that file or folder (any user's with `all_users`)."""
     want_out = str(output_dir.resolve()) if output_dir else None
     want_log = str(log.resolve()) if log else None
+    owner = None
+    if not all_users:
+        try:
+            owner = os.stat(log if log is not None else output_dir).st_uid  # type: ignore[arg-type]
+        except (OSError, TypeError):
+            owner = os.geteuid()
     for pid in _proc_pids():
         if pid == os.getpid():
+            continue
+        if owner is not None and uid_of(pid) != owner:
             continue
         cmd = _cmdline(pid)
         role = swift_role(cmd or [])
@@ -465,18 +526,18 @@ def find_job_for_paths(output_dir: Path | None, log: Path | None) -> int | None:
     return None
 
 
-def _from_path(p: Path, spec: str) -> Target:
+def _from_path(p: Path, spec: str, all_users: bool = False) -> Target:
     if p.is_dir():
         if _is_run_dir(p) and p.parent != p:
             out, run = p.parent, p
         else:
             out, run = p, newest_run_dir(p)
-        pid = find_job_for_paths(out, None)
+        pid = find_job_for_paths(out, None, all_users)
         if pid is None and run is None and not any(c.suffix in _LOG_SUFFIXES for c in p.iterdir() if c.is_file()):
             raise InputError(f"{spec}: no ms-swift run in this directory and no running job writing to it",
                              hint="give the --output_dir of a running job, a v<N>-<date> run folder, or a log file")
         if pid is not None:
-            t = _from_pid(pid, spec)
+            t = _from_pid(pid, spec, all_users)
             t.kind = "dir"
             if t.output_dir is None or t.output_dir.resolve() != out.resolve():
                 t.output_dir = out
@@ -493,18 +554,18 @@ def _from_path(p: Path, spec: str) -> Target:
     # a file
     if p.suffix == ".jsonl":
         run = p.parent
-        pid = find_job_for_paths(run.parent if VERSION_DIR.match(run.name) else run, None)
+        pid = find_job_for_paths(run.parent if VERSION_DIR.match(run.name) else run, None, all_users)
         if pid is not None:
-            t = _from_pid(pid, spec)
+            t = _from_pid(pid, spec, all_users)
             t.kind = "log"
             t.run_dir = run
             return t
         t = Target(kind="log", spec=spec, run_dir=run, output_dir=run.parent)
         t.notes.append("no running job found on this machine for this log: following the file only")
         return t
-    pid = find_job_for_paths(None, p)
+    pid = find_job_for_paths(None, p, all_users)
     if pid is not None:
-        t = _from_pid(pid, spec)
+        t = _from_pid(pid, spec, all_users)
         t.kind = "log"
         t.stdout_log = p
         t.refresh()
@@ -515,9 +576,9 @@ def _from_path(p: Path, spec: str) -> Target:
     return t
 
 
-def resolve_target(spec: str) -> Target:
+def resolve_target(spec: str, all_users: bool = False) -> Target:
     if spec.isdigit():
-        return _from_pid(int(spec), spec)
+        return _from_pid(int(spec), spec, all_users)
     p = Path(spec)
     if not p.exists():
         raise InputError(f"{spec}: no such file, directory or PID",
@@ -530,7 +591,8 @@ def resolve_target(spec: str) -> Target:
                 f.read(1)
     except PermissionError:
         raise InputError(f"{spec}: permission denied", hint="run swiftdoc as the job's user") from None
-    return _from_path(p, spec)
+    return _from_path(p, spec, all_users)
 
 
-__all__ = ["Target", "resolve_target", "swift_role", "newest_run_dir", "pid_alive", "find_job_for_paths"]
+__all__ = ["Target", "resolve_target", "swift_role", "newest_run_dir", "pid_alive", "find_job_for_paths", "same_process",
+           "start_ticks", "uid_of"]

@@ -1,7 +1,10 @@
 """`swiftdoc analyze PATH...`: what holds the run back or what killed it, with evidence and remedies.
 
 `--save RECORD.json` keeps the analysis as a versioned record (`diagnose.record`);
-`--load RECORD.json` renders one again, in any format, with no log at hand.
+`--load RECORD.json` renders one again, in any format, with no log at hand (the
+record carries the lines it quotes: no file it names is opened).  Everything written
+(text, JSON, Markdown, the record) is redacted (`diagnose.redact`: tokens, keys,
+passwords); `--save`/`--plot` never overwrite an input; `--max-input` bounds each input.
 Several captures of unrelated runs (different launch commands, versions or run folders:
 `diagnose.parse.relate`) are said to be unrelated and analysed apart, one report per run
 (JSON: `outputs.AnalyzeApartOut`); the captures of one job's nodes are read as one job.
@@ -17,8 +20,9 @@ import json
 import sys
 from pathlib import Path
 
-from diagnose.commands.common import quoted_lines, read_inputs
+from diagnose.commands.common import add_max_input_arg, quoted_lines, read_inputs, read_stdin
 from diagnose.errors import UsageError
+from diagnose.redact import redact
 
 HELP = "diagnose a run"
 from diagnose.engine import SEVERITY_RANK as _SEV  # noqa: E402
@@ -42,6 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ignore", action="append", default=[], metavar="RULES", help="leave these rules out (same forms)")
     parser.add_argument("--plot", metavar="FILE.png", help="write a timeline plot with the findings marked")
     parser.add_argument("--features", action="store_true", help="include every feature value in the JSON output")
+    add_max_input_arg(parser)
 
 
 def _samples(args: argparse.Namespace, output_dir: str | None) -> dict | None:
@@ -60,13 +65,22 @@ def _samples(args: argparse.Namespace, output_dir: str | None) -> dict | None:
         return None
     from diagnose.nvml.samples import load_samples
 
-    return load_samples(Path(path)).summary()
+    samples = load_samples(Path(path))
+    try:
+        return samples.summary()
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError) as e:
+        from diagnose.errors import InputError
+
+        raise InputError(f"{path}: a malformed samples file ({type(e).__name__}: {str(e)[:100]})",
+                         hint="move the file aside to analyze without it") from None
 
 
 def run(args: argparse.Namespace) -> int:
     from diagnose.features.gpu import GPUS, gpu_from_flag
+    from diagnose.parse.bounded import set_max_input
     from diagnose.pipeline import AnalyzeOptions, analyze_run
 
+    set_max_input(args.max_input)
     if args.gpu and gpu_from_flag(args.gpu) is None:
         raise UsageError(f"unknown --gpu '{args.gpu}'", hint="known: " + ", ".join(GPUS))
     if args.plot:  # before any analysis: a plot that cannot be written fails now, not after the report
@@ -77,12 +91,13 @@ def run(args: argparse.Namespace) -> int:
     from diagnose.rules import select_rules
 
     stdin = None
+    _refuse_overwriting_inputs(args, [*args.inputs, *([args.load] if args.load else [])])
     if args.load:
         if args.inputs:
             raise UsageError("--load renders a saved record: give no log with it")
-        from diagnose.record import load_record
+        from diagnose.record import read_record
 
-        r, diag = load_record(args.load)
+        r, diag, quoted = read_record(args.load)  # its lines travel in it: no file it names is opened
     else:
         if not args.inputs:
             raise UsageError("nothing to analyze", hint="give a log, an output dir, - for stdin, or --load RECORD.json")
@@ -97,10 +112,15 @@ def run(args: argparse.Namespace) -> int:
         r, stdin = read_inputs(args.inputs)
         diag = analyze_run(r, samples=_samples(args, r.output_dir),
                            options=AnalyzeOptions(gpu=args.gpu, cpu_cores=args.cpu_cores, params=args.param), rules=rules)
+    _refuse_overwriting_inputs(args, [*args.inputs, *(r.sources or []), *([args.load] if args.load else [])])
+    plot_run, plot_diag = r, diag
+    r, diag = redact(r), redact(diag)  # what is written from here on is shareable: no tokens, keys or passwords
+    if not args.load:
+        quoted = quoted_lines(r, diag, stdin)
     if args.save:
         from diagnose.record import save_record
 
-        save_record(diag, r, args.save)
+        save_record(diag, r, args.save, quoted)
     if args.format == "json":
         from diagnose.render.analysis_json import diagnosis_json
 
@@ -109,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
     elif args.format == "markdown":
         from diagnose.render.analysis_markdown import diagnosis_markdown
 
-        sys.stdout.write(diagnosis_markdown(diag, r, quoted_lines(r, diag, stdin), gpu=args.gpu))
+        sys.stdout.write(diagnosis_markdown(diag, r, quoted, gpu=args.gpu))
     else:
         from diagnose.render.analysis_console import print_diagnosis
 
@@ -117,10 +137,27 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         from diagnose.render.plot import plot_timeline
 
-        plot_timeline(r, diag, args.plot)
+        plot_timeline(plot_run, plot_diag, args.plot)
     if args.fail_on and any(_SEV[f.severity] >= _SEV[args.fail_on] for f in diag.findings):
         return 1
     return 0
+
+
+def _refuse_overwriting_inputs(args: argparse.Namespace, inputs: list[str]) -> None:
+    """--save and --plot write files: never one this analysis read (`analyze x.log --save x.log`)."""
+    import os
+
+    for opt, out in (("--save", args.save), ("--plot", args.plot)):
+        if not out or not os.path.exists(out):
+            continue
+        for src in inputs:
+            try:
+                same = src not in ("-", "<stdin>") and os.path.samefile(out, src)
+            except OSError:
+                same = False
+            if same:
+                raise UsageError(f"{opt} {out}: that is an input of this analysis; it would be overwritten",
+                                 hint=f"give {opt} a new file name")
 
 
 def _apart(args: argparse.Namespace, grouping, rules) -> int:
@@ -132,14 +169,14 @@ def _apart(args: argparse.Namespace, grouping, rules) -> int:
     if args.save or args.plot or args.load:
         raise UsageError(f"these inputs are {n} unrelated runs ({grouping.reasons[0]}): --save and --plot keep one run",
                          hint="give one run's captures at a time")
-    stdin = sys.stdin.buffer.read() if "-" in args.inputs else None
+    stdin = read_stdin() if "-" in args.inputs else None
     done = []
     for i, paths in enumerate(grouping.groups):
         r = parse_run(paths, stdin=stdin if "-" in paths else None)
         one = argparse.Namespace(**{**vars(args), "inputs": paths})
         diag = analyze_run(r, samples=_samples(one, r.output_dir),
                            options=AnalyzeOptions(gpu=args.gpu, cpu_cores=args.cpu_cores, params=args.param), rules=rules)
-        done.append((paths, grouping.reasons[i - 1] if i else None, r, diag))
+        done.append((paths, grouping.reasons[i - 1] if i else None, redact(r), redact(diag)))
     head = f"{len(args.inputs)} inputs, {n} unrelated runs ({'; '.join(grouping.reasons)}): each is analysed apart"
     if args.format == "json":
         from diagnose.outputs import AnalyzeApartOut

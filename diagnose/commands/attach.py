@@ -20,6 +20,7 @@ import sys
 import time
 
 from diagnose.errors import UsageError
+from diagnose.redact import redact
 
 HELP = "follow a running job (PID, output dir or log) and diagnose it live"
 from diagnose.engine import SEVERITY_RANK as _SEV  # noqa: E402
@@ -51,11 +52,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, metavar="S", help="stop following after S seconds")
     parser.add_argument("--fail-on", choices=["info", "warning", "error"],
                         help="exit 1 when the final diagnosis has a finding of this severity")
+    parser.add_argument("--all-users", action="store_true",
+                        help="follow and dump the job's processes of every user (default: the job's user only)")
     parser.add_argument("--fake-nvml", metavar="TRACE", help=argparse.SUPPRESS)  # tests / benches / demos
 
 
 def _write_json(obj: dict) -> None:
-    sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
+    sys.stdout.write(json.dumps(redact(obj), ensure_ascii=False) + "\n")  # shareable: no tokens, keys or passwords
     sys.stdout.flush()
 
 
@@ -82,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
             gpus = [int(x) for x in args.gpus.split(",") if x.strip()]
         except ValueError:
             raise UsageError(f"--gpus: expected indices like 0,1, got '{args.gpus}'") from None
-    target = resolve_target(args.target)
+    target = resolve_target(args.target, all_users=args.all_users)
     # one snapshot is too short a window to leave a samples file behind for analyze
     samples_out = None if (args.no_samples_file or args.once) else (args.samples_out or "auto")
     opts = AttachOptions(interval_s=args.interval, poll_s=args.poll, samples_out=samples_out, nvml=not args.no_gpu,
@@ -113,7 +116,7 @@ def _emit_final(snap, args: argparse.Namespace) -> None:
 
     from diagnose.attach.view import render_snapshot
 
-    Console(highlight=False).print(render_snapshot(snap))
+    Console(highlight=False).print(render_snapshot(redact(snap)))
 
 
 def _loop(session, args: argparse.Namespace):
@@ -157,9 +160,9 @@ def _follow_text(session, args: argparse.Namespace) -> int:
         try:
             for snap in _loop(session, args):
                 for a in snap.alerts:
-                    console.print(alert_text(a))
+                    console.print(alert_text(redact(a)))
                 if snap.ended:
-                    console.print(render_snapshot(snap))
+                    console.print(render_snapshot(redact(snap)))
                 elif snap.progress:
                     p = snap.progress
                     console.print(f"step {p.get('step')}/{p.get('max_steps') or '?'}"
@@ -173,9 +176,9 @@ def _follow_text(session, args: argparse.Namespace) -> int:
         with Live(console=console, refresh_per_second=4, transient=False) as live:
             for snap in _loop(session, args):
                 for a in snap.alerts:
-                    live.console.print(alert_text(a))
+                    live.console.print(alert_text(redact(a)))
                     live.console.bell()
-                live.update(render_snapshot(snap))
+                live.update(render_snapshot(redact(snap)))
                 last = snap
     except KeyboardInterrupt:
         pass

@@ -41,6 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fail-on", choices=["warning", "error"],
                         help="exit 1 when a run's verdict is a failure (error) or any problem (warning)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    from diagnose.commands.common import add_max_input_arg
+
+    add_max_input_arg(parser)
 
 
 def column_key(name: str) -> str | None:
@@ -88,6 +91,9 @@ def _keep(row: dict[str, Any], filters: list[tuple[str, bool, str]]) -> bool:
 def run(args: argparse.Namespace) -> int:
     from diagnose.errors import InputError, UsageError
     from diagnose.fleet import analyse_runs, find_runs, group_jobs
+    from diagnose.parse.bounded import set_max_input
+
+    set_max_input(args.max_input)  # the workers inherit it
 
     sort_name = (args.sort or "").lstrip("-")
     sort_key = column_key(sort_name) if sort_name else ""
@@ -95,7 +101,12 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"unknown --sort column {sort_name!r}", hint="columns: " + _known_columns())
     filters = _filters(args.where)
     skipped: list = []
-    paths = group_jobs(find_runs(args.roots, skipped))
+    unreadable: list = []
+    paths = group_jobs(find_runs(args.roots, skipped, unreadable))
+    for path, why in unreadable[:20]:
+        sys.stderr.write(f"note: {_printable(str(path))}: {why}; not read\n")
+    if len(unreadable) > 20:
+        sys.stderr.write(f"note: {len(unreadable) - 20} more entries not read\n")
     if skipped:
         names = ", ".join(str(p) for p in skipped[:5]) + (f" and {len(skipped) - 5} more" if len(skipped) > 5 else "")
         sys.stderr.write(f"note: {len(skipped)} file(s) hold no training output and are not runs: {names}\n")
@@ -121,6 +132,10 @@ def run(args: argparse.Namespace) -> int:
     if args.fail_on and any(r["category"] in _BAD[args.fail_on] for r in rows):
         return 1
     return 0
+
+
+def _printable(s: str) -> str:
+    return "".join(c if c.isprintable() else "?" for c in s)
 
 
 def _neg(v: Any) -> Any:
@@ -162,18 +177,27 @@ _ALIASES = {"mfu": "mfu_pct", "mem": "memory_peak_gib", "memory": "memory_peak_g
             "conf": "confidence", "culprit": "culprit_rank", "run": "path"}
 
 
+def _csv_cell(v: Any) -> Any:
+    """A cell a spreadsheet shows as text: one starting with = + - @ (or a tab/CR) would be a live formula."""
+    if isinstance(v, str) and v[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + v
+    return v
+
+
 def _print(rows: list[dict[str, Any]], fmt: str, skipped: list | None = None) -> None:
     from diagnose.fleet import ROW_KEYS
+    from diagnose.redact import redact
 
+    rows = [redact(r) for r in rows]  # a table to share: no tokens, keys or passwords
     if fmt == "json":
-        json.dump({"schema_version": SCHEMA_VERSION, "runs": rows, "skipped": [str(p) for p in skipped or []]},
+        json.dump({"schema_version": SCHEMA_VERSION, "runs": rows, "skipped": [redact(str(p)) for p in skipped or []]},
                   sys.stdout, ensure_ascii=False)
         sys.stdout.write("\n")
         return
     if fmt == "csv":
         w = csv.DictWriter(sys.stdout, fieldnames=list(ROW_KEYS))
         w.writeheader()
-        w.writerows(rows)
+        w.writerows({k: _csv_cell(v) for k, v in r.items()} for r in rows)
         return
     cells = [[_steps(r) if k == "steps" else _fmt(r.get(k)) for k, _ in _COLS] for r in rows]
     if fmt == "markdown":
@@ -186,12 +210,13 @@ def _print(rows: list[dict[str, Any]], fmt: str, skipped: list | None = None) ->
         return
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     t = Table(show_edge=False)
     for k, h in _COLS:
         t.add_column(h, overflow="fold" if k == "path" else "ellipsis", no_wrap=k != "path")
     for c in cells:
-        t.add_row(*c)
+        t.add_row(*(Text(x) for x in c))  # a path such as run[/b] or sweep[lr=1e-4] is text, not markup
     out = Console(highlight=False)
     if not out.is_terminal:  # piped: do not squeeze the table into 80 columns
         out = Console(highlight=False, width=max(out.width, 200))

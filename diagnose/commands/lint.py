@@ -15,6 +15,8 @@ and print as `file:line:col: CODE severity: message`, like ruff; `--select` /
 like `patch --write` (atomic, backup kept, every other byte preserved; a value
 written as an expression is never replaced by a literal); fixes that change
 training need `--unsafe-fixes` as well, the way ruff separates safe and unsafe.
+Every edit of every file is planned first, then all are written or none
+(`patch.safewrite`): a command that cannot be fixed safely leaves every file as it was.
 
 Exit codes: 0 no error left (or --exit-zero); 1 errors remain; 2 bad input.
 """
@@ -42,6 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --fix, also apply fixes that change training (labelled 'changes training')")
     parser.add_argument("--line", type=int, help="lint only the swift command on this line")
     parser.add_argument("--backup-suffix", default=".bak")
+    parser.add_argument("--force", action="store_true", help="with --fix, also write read-only files (mode kept)")
     parser.add_argument("--output-format", "--format", dest="format", default="text",
                         choices=["text", "json", "github", "sarif"])
     parser.add_argument("--select", action="append", default=[], metavar="CODES",
@@ -69,6 +72,7 @@ class FileResult:
     how: str
     commands: list[CommandResult] = field(default_factory=list)
     backups: list[str] = field(default_factory=list)  # one per file written (the script, a config beside it)
+    pending: list[tuple[Path, str, str]] = field(default_factory=list)  # --fix: (path, new text, encoding), unwritten
 
 
 def _tokens(values: list[str]) -> list[str]:
@@ -94,7 +98,20 @@ def run(args: argparse.Namespace) -> int:
     version, how = choose_version(args.swift_version, run_)
     files = _collect(args.paths, args.fix)
     results = [_lint_file(name, text, version, how, args, select, ignore) for name, text in files]
+    if args.fix:
+        _write(results, args)
     return _report(results, args)
+
+
+def _write(results: list[FileResult], args: argparse.Namespace) -> None:
+    """--fix: every file's edits were planned (an unsafe one raised before this); now all are written, or none."""
+    from diagnose.patch.safewrite import write_files
+
+    writes = [w for f in results for w in f.pending]
+    backups = iter(write_files(writes, args.backup_suffix, force=args.force))
+    for f in results:
+        f.backups = [str(next(backups)) for _ in f.pending]
+        f.pending = []
 
 
 def _collect(paths: list[str], fix: bool) -> list[tuple[str, str | None]]:
@@ -106,7 +123,9 @@ def _collect(paths: list[str], fix: bool) -> list[tuple[str, str | None]]:
         if p == "-":
             if fix:
                 raise UsageError("--fix cannot rewrite standard input", hint="give the script's path")
-            out.append(("<stdin>", sys.stdin.read()))
+            from diagnose.parse.sources import read_text_stream
+
+            out.append(("<stdin>", read_text_stream(sys.stdin.buffer, "<stdin>").decode("utf-8", "replace")))
             continue
         path = Path(p)
         if path.is_dir():
@@ -123,7 +142,6 @@ def _collect(paths: list[str], fix: bool) -> list[tuple[str, str | None]]:
 
 def _lint_file(name: str, text: str | None, version: str, how: str, args: argparse.Namespace,
                select: list[str], ignore: list[str]) -> FileResult:
-    from diagnose.patch.cli_common import write_atomic
     from diagnose.patch.launch import training_command_lines
     from diagnose.patch.source import read_script
 
@@ -149,11 +167,11 @@ def _lint_file(name: str, text: str | None, version: str, how: str, args: argpar
         if args.fix and out.new_text is not None:
             text = out.new_text
         res.commands.insert(0, out.result)
-        res.backups += out.backups
+        res.pending += out.writes
     for cr in res.commands:
         cr.problems = [p for p in cr.problems if _kept(p["code"], select, ignore)]
     if args.fix and text != original and spath is not None:
-        res.backups.insert(0, str(write_atomic(spath, text, encoding, args.backup_suffix)))
+        res.pending.insert(0, (spath, text, encoding))
     if res.commands:
         res.version = res.commands[0].plan.version  # the flag table used, not the spec asked for
     return res
@@ -171,12 +189,12 @@ def _kept(code: str, select: list[str], ignore: list[str]) -> bool:
 class _Out:
     result: CommandResult
     new_text: str | None
-    backups: list[str] = field(default_factory=list)
+    writes: list[tuple[Path, str, str]] = field(default_factory=list)  # config files beside the script, unwritten
 
 
 def _lint_command(text: str, select_line: int | None, is_config: bool, base: Path, spath: Path | None, version: str,
                   how: str, args: argparse.Namespace) -> _Out:
-    from diagnose.patch.cli_common import swift_check, write_atomic
+    from diagnose.patch.cli_common import swift_check
     from diagnose.patch.edit import UnsafeEdit, edits_for
     from diagnose.patch.launch import read_launch
     from diagnose.patch.lint_codes import code_of
@@ -198,16 +216,16 @@ def _lint_command(text: str, select_line: int | None, is_config: bool, base: Pat
         if is_config:
             edits = [e for e in edits if e.path is not None]
     new_text = None
-    backups: list[str] = []
+    writes: list[tuple[Path, str, str]] = []
     if args.fix:
         if (launch.unsafe or unsafe_why) and plan.changes:
             why = unsafe_why or "; ".join(f"line {ln}: {w}" for ln, w in launch.unsafe)
             raise UnsafeEdit(f"not fixed: the script cannot be edited safely ({why})", hint="fix the flags shown by hand")
         for e in edits:
             if e.path is not None and (spath is None or Path(e.path) != spath):  # a config file beside the script
-                backups.append(str(write_atomic(Path(e.path), e.new, "utf-8", args.backup_suffix)))
+                writes.append((Path(e.path), e.new, "utf-8"))
             elif is_config and spath is not None:
-                backups.append(str(write_atomic(spath, e.new, "utf-8", args.backup_suffix)))
+                writes.append((spath, e.new, "utf-8"))
             else:
                 new_text = e.new
     check = swift_check(plan, not args.no_swift_check) if args.fix else _check_current(launch, plan, args)
@@ -223,7 +241,7 @@ def _lint_command(text: str, select_line: int | None, is_config: bool, base: Pat
                          "message": f"not fixed automatically: {unsafe_why}"})
     diff = "".join(unified(e.old, e.new, Path(e.label).name) for e in edits)
     cr = CommandResult(launch.line if not is_config else None, plan, launch, problems, diff, check)
-    return _Out(cr, new_text, backups)
+    return _Out(cr, new_text, writes)
 
 
 def _column(launch: Any, p: Any, text: str) -> int:
@@ -241,6 +259,7 @@ def _column(launch: Any, p: Any, text: str) -> int:
 
 def _report(results: list[FileResult], args: argparse.Namespace) -> int:
     from diagnose.patch.lint_codes import CODES
+    from diagnose.redact import redact, redact_text
 
     problems = [(f, c, p) for f in results for c in f.commands for p in c.problems]
     remaining = [p for _, _, p in problems if not p.get("fixed")]
@@ -251,7 +270,7 @@ def _report(results: list[FileResult], args: argparse.Namespace) -> int:
 
         out = LintOut.model_validate({"schema_version": SCHEMA_VERSION, "files": [_file_json(f, args) for f in results],
                                       "summary": _summary(results, args)}).model_dump(mode="json")
-        json.dump(out, sys.stdout, ensure_ascii=False, indent=1)
+        json.dump(redact(out), sys.stdout, ensure_ascii=False, indent=1)  # CI output is shared: no secrets
         sys.stdout.write("\n")
         return rc
     if args.format == "github":
@@ -259,12 +278,12 @@ def _report(results: list[FileResult], args: argparse.Namespace) -> int:
         for f, _c, p in problems:
             if p.get("fixed"):
                 continue
-            msg = p["message"].replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+            msg = redact_text(p["message"]).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
             loc = f"file={f.path}" + (f",line={p['line']},col={p.get('col', 1)}" if p.get("line") else "")
             print(f"::{level[p['severity']]} {loc},title={p['code']} {p['name']}::{msg}")
         return rc
     if args.format == "sarif":
-        json.dump(_sarif(results, CODES), sys.stdout, ensure_ascii=False, indent=1)
+        json.dump(redact(_sarif(results, CODES)), sys.stdout, ensure_ascii=False, indent=1)
         sys.stdout.write("\n")
         return rc
     for f in results:
@@ -373,7 +392,9 @@ _ACCELERATE_KEYS = {"compute_environment", "distributed_type", "deepspeed_config
 def _refuse_foreign_config(sf) -> None:
     """A DeepSpeed or accelerate config is not an ms-swift config: reading it as flags gives nonsense errors."""
     from diagnose.errors import UsageError
+    from diagnose.parse.bounded import check_expanded, check_nesting
 
+    check_nesting(sf.text, str(sf.path))
     data = None
     try:
         if sf.path.suffix.lower() == ".json":
@@ -386,6 +407,7 @@ def _refuse_foreign_config(sf) -> None:
         return
     if not isinstance(data, dict):
         return
+    check_expanded(data, str(sf.path))  # a YAML alias bomb: refused before anything writes its values out
     keys = set(data)
     if len(keys & _DEEPSPEED_KEYS) >= 1 and not keys & {"model", "dataset", "tuner_type", "train_type"}:
         raise UsageError(f"{sf.path.name} is a DeepSpeed config, not a launch script or an ms-swift config",

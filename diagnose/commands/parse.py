@@ -21,9 +21,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from diagnose.parse.bounded import set_max_input
+    from diagnose.redact import redact
     from diagnose.render.run_json import run_summary
 
-    r = read_run(args.inputs)
+    set_max_input(args.max_input)
+
+    r = redact(read_run(args.inputs))  # a report to share: no tokens, keys or passwords
     if args.format == "json":
         json.dump(run_summary(r), sys.stdout, ensure_ascii=False)
         sys.stdout.write("\n")

@@ -42,6 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--line", type=int, help="patch the swift command on this line (scripts with several)")
     parser.add_argument("--write", action="store_true", help="apply the change to the script (a backup is kept)")
     parser.add_argument("--backup-suffix", default=".bak", help="backup file suffix (default .bak)")
+    parser.add_argument("--force", action="store_true", help="with --write, also write read-only files (mode kept)")
     parser.add_argument("--format", choices=["text", "json"], default="text")
     parser.add_argument("--no-swift-check", action="store_true",
                         help="skip validating the new argv with the installed ms-swift's parser")
@@ -49,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from diagnose.flags import table_for
-    from diagnose.patch.cli_common import choose_version, swift_check, write_atomic
+    from diagnose.patch.cli_common import choose_version, swift_check
     from diagnose.patch.plan import parse_assignments
 
     if not args.script and not args.log:
@@ -134,10 +135,12 @@ def run(args: argparse.Namespace) -> int:
             raise UnsafeEdit("not written: the script cannot be edited safely ("
                              + "; ".join(f"line {ln}: {why}" for ln, why in unsafe) + ")",
                              hint="make the change shown in the flag diff by hand")
-        backups = []
-        for e in changed:
-            backups.append((e.label, write_atomic(Path(e.label), e.new, encoding if e.path == Path(args.script)
-                                                  else "utf-8", args.backup_suffix)))
+        from diagnose.patch.safewrite import write_files
+
+        # every file planned first, then all written or none (a config beside the script, the script itself)
+        written = write_files([(Path(e.label), e.new, encoding if e.path == Path(args.script) else "utf-8")
+                               for e in changed], args.backup_suffix, force=args.force)
+        backups = [(e.label, b) for e, b in zip(changed, written)]
         if args.format == "json":
             out["backups"] = [str(b) for _, b in backups]
             json.dump(_typed(out), sys.stdout, ensure_ascii=False, indent=1)

@@ -327,14 +327,17 @@ def run(args: argparse.Namespace) -> int:
             signal.signal(signal.SIGTERM, old)
     if candidates and report.verdict == "confirmed":
         report.best_patch = _best_patch(inputs, args, job, report, candidates, explicit)
+    from diagnose.redact import redact
+
+    shown = redact(report)  # what is written is shareable: no tokens, keys or passwords from the job's command
     if args.report:
-        Path(args.report).write_text(report_markdown(report), encoding="utf-8")
+        Path(args.report).write_text(report_markdown(shown), encoding="utf-8")
     if args.format == "json":
-        json.dump(report_json(report), sys.stdout, ensure_ascii=False, indent=1)
+        json.dump(redact(report_json(shown)), sys.stdout, ensure_ascii=False, indent=1)
         sys.stdout.write("\n")
     else:
         out = Console(highlight=False)
         if not out.is_terminal:
             out = Console(highlight=False, width=160)  # a file or pipe: no truncated table columns
-        print_report(report, out)
+        print_report(shown, out)
     return EXIT[report.verdict]

@@ -8,8 +8,9 @@ Contract:
   and `end`.  N/A metrics are `null`.  A file may hold several sessions (a new
   header starts one); a truncated last line (file still being written) is skipped.
 - `SampleWriter(path)` appends records, one flushed line each.
-- `load_samples(path) -> SampleSet`; raises `InputError` for a missing file or one
-  that is not a samples file.
+- `load_samples(path) -> SampleSet`; raises `InputError` for a missing file, one
+  that is not a samples file, a malformed one (records of the wrong shape or types),
+  one that is not a regular file or one longer than `--max-input`.
 - `SampleSet.summary(gpus=None, t0=None, t1=None) -> dict`: GPU-level numbers
   (`SUMMARY_KEYS`); each is `None` when no sample carried it (never 0 for N/A).
   GPUs: `gpus`, else the job's GPUs recorded by attach (`gpus` mark), else all.
@@ -354,19 +355,50 @@ def _colmax(a: np.ndarray) -> np.ndarray:
     return out
 
 
+def _malformed(rec: dict[str, Any]) -> str | None:
+    """What is wrong with one record's shape (a crafted or damaged file), or None: every GPU entry a mapping with
+    an int index, every metric a number or null, every list a list."""
+    kind = rec.get("kind", "sample")
+    if not isinstance(kind, str):
+        return "kind is not a string"
+    gpus = rec.get("gpus")
+    if gpus is not None and not isinstance(gpus, list):
+        return "gpus is not a list"
+    for g in gpus or ():
+        if kind == "mark":
+            if type(g) is not int:
+                return "a gpus mark holds a non-index"
+            continue
+        if not isinstance(g, dict) or ("index" in g and type(g["index"]) is not int):
+            return "a GPU entry is not a mapping with an int index"
+        for k in _NUMERIC:
+            v = g.get(k)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or abs(v) > 1e18):
+                return f"{k} is not a number"
+        if g.get("procs") is not None and not isinstance(g.get("procs"), list):
+            return "procs is not a list"
+    xid = rec.get("xid")
+    if xid is not None and (not isinstance(xid, list) or not all(isinstance(x, dict) for x in xid)):
+        return "xid is not a list of mappings"
+    for k in ("t", "step"):
+        v = rec.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or abs(v) > 1e18):
+            return f"{k} is not a number"
+    return None
+
+
 def load_samples(path: str | os.PathLike[str]) -> SampleSet:
+    from diagnose.parse.bounded import read_file
+
     p = Path(path)
-    try:
-        data = p.read_bytes()
-    except FileNotFoundError:
-        raise InputError(f"{p}: no such samples file", hint="record one with `swiftdoc sample --out FILE`") from None
-    except IsADirectoryError:
+    if p.is_dir():
         found = find_samples_near(p)
         if found is None:
             raise InputError(f"{p}: no {SAMPLES_FILENAME} in this directory") from None
         return load_samples(found)
-    except OSError as e:
-        raise InputError(f"{p}: cannot read ({e.strerror})") from None
+    if not p.exists():
+        raise InputError(f"{p}: no such samples file", hint="record one with `swiftdoc sample --out FILE`") from None
+    data = read_file(p, str(p))  # a regular file, bounded
     ss = SampleSet(path=str(p))
     header_seen = False
     for n, line in enumerate(data.splitlines(), 1):
@@ -382,6 +414,10 @@ def load_samples(path: str | os.PathLike[str]) -> SampleSet:
             continue  # a line still being written
         if not isinstance(rec, dict):
             continue
+        why = _malformed(rec)
+        if why is not None:
+            raise InputError(f"{p}: a malformed samples file (line {n}: {why})",
+                             hint="see docs/attach.md for the format; move the file aside to analyze without it")
         if rec.get("kind") == "header":
             if not str(rec.get("schema", "")).startswith("swiftdoc-samples/"):
                 raise InputError(f"{p}: unknown samples schema {rec.get('schema')!r}")

@@ -1,7 +1,8 @@
 """What wraps a log line on its way into a paste, removed in one place.
 
 Contract: `strip_paste(line) -> (text, rank)` removes, in any order and repeated,
-the wrappers users' tools and terminals put in front of a line: ANSI colours,
+the wrappers users' tools and terminals put in front of a line: terminal control sequences
+(colours, and also window titles, OSC 52 clipboard writes, screen clears: a report never replays them),
 Markdown quotes (`> `), bold markers (`**`), log-viewer line numbers (`[1743] `,
 or `1743] ` when the selection began mid-prefix), container/collector timestamps
 (`2024-01-14T17:41:37.636863045Z `, `2024-05-25 09:08:45,291 `, `18:11:06.680 `,
@@ -15,7 +16,18 @@ from __future__ import annotations
 
 import re
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# every terminal control sequence a log can carry: CSI (colours, cursor, screen clear), OSC (window title, OSC 52
+# clipboard write, hyperlinks) ended by BEL or ST, DCS/SOS/PM/APC strings, other ESC sequences, their 8-bit C1 forms,
+# and the control characters left over (not tab, newline or carriage return): a report never replays them
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b\x9c]{0,4096}(?:\x07|\x1b\\|\x9c)?"
+                   r"|\x9d[^\x07\x1b\x9c]{0,4096}(?:\x07|\x1b\\|\x9c)?|\x1b[PX^_][^\x1b\x9c]{0,4096}(?:\x1b\\|\x9c)?"
+                   r"|\x1b[ -/]*[0-~]?|\x9b[0-?]*[ -/]*[@-~]|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\x9b\x9c]")
+
+
+def _has_control(line: str) -> bool:
+    return "\x1b" in line or "\x9b" in line or "\x9d" in line or "\x07" in line
+
+
 _WRAP = re.compile(
     r"^(?:"
     r"\s{0,3}>\s?"  # markdown quote / Megatron's ' > '
@@ -32,7 +44,7 @@ _FENCE = re.compile(r"^\s*(?:```|~~~)[\w+-]*\s*$")
 
 
 def strip_paste(line: str) -> tuple[str, int | None]:
-    s = _ANSI.sub("", line) if "\x1b" in line else line
+    s = _ANSI.sub("", line) if _has_control(line) else line
     rank: int | None = None
     for _ in range(8):  # prefixes stack: '18:11:06.680 [rank4]:[E205 ...' or '> [rank0]: ...'
         m = _WRAP.match(s)
@@ -47,7 +59,7 @@ def strip_paste(line: str) -> tuple[str, int | None]:
 
 
 def strip_ansi(line: str) -> str:
-    return _ANSI.sub("", line) if "\x1b" in line else line
+    return _ANSI.sub("", line) if _has_control(line) else line
 
 
 def is_fence(line: str) -> bool:

@@ -5,7 +5,10 @@ Contract: `parse_run(inputs, stdin=None) -> Run` and `parse_text(data) -> Run`
 (their line numbers point into it) and are refined with logging.jsonl's
 8-decimal values for the same steps; without a capture they come from
 logging.jsonl.  Version detection, world size, trainer kind and the `nan` event
-are settled here, once all sources are read.
+are settled here, once all sources are read.  Captures are read one at a time and
+only what the run needs of each is kept (its events, clues and trainer hints; the
+whole scan of the capture with the most step rows): a folder of 20,000 small files
+is streamed, never held.
 """
 from __future__ import annotations
 
@@ -263,16 +266,17 @@ def parse_run(inputs: list[str], stdin: bytes | None = None) -> Run:
     clues: dict[str, Any] = {"files": sorted(src.file_names)}
     best: _StdoutResult | None = None
     events: list[Event] = []
-    results: list[_StdoutResult] = []
+    hints: dict[str, int] = {}
     total = 0
-    for name, source in src.stdout:
+    for name, source in src.stdout:  # streamed: of each capture only its events, clues and hints are kept (and the best)
         res = _scan_stdout(name, source, run)
         local = rank_of_file(name)
         if local is not None:  # torchrun's per-rank file: its lines are that rank's, tagged or not
             for e in res.events.events:
                 if "rank" not in e.detail and not e.detail.get("ranks"):
                     e.detail["rank"] = local
-        results.append(res)
+        for k, v in res.info.trainer_hints.items():
+            hints[k] = hints.get(k, 0) + v
         total += res.lines
         events.extend(res.events.events)
         clues.update(res.info.clues)
@@ -329,10 +333,6 @@ def parse_run(inputs: list[str], stdin: bytes | None = None) -> Run:
     clues["argv_flags"] = list(run.launch.flags) if run.launch.argv else []
     if layouts and any(any(k in keys for k in _SWIFT_KEYS) for keys in layouts):
         run.recognized = True
-    hints: dict[str, int] = {}
-    for r in results:
-        for k, v in r.info.trainer_hints.items():
-            hints[k] = hints.get(k, 0) + v
     if hints.get("ms-swift"):
         run.recognized = True
     run.swift_version, run.version_clue = detect_version(clues) if run.recognized else (None, None)

@@ -7,7 +7,11 @@ Contract: `resolve_inputs(inputs, stdin=None) -> Sources`.
   `logging.jsonl` (or the newest `v<N>-<date>/logging.jsonl` below it), and the
   args file next to that logging.jsonl; its file names are kept as version clues;
 - `-` reads standard input as one capture; so is a path that is not a regular file
-  (a FIFO, bash's `<(...)`), read once into memory;
+  (a FIFO, bash's `<(...)`), read once into memory: its head is checked for binary data first
+  (`/dev/zero` fails at once) and the whole is bounded (`parse.bounded`, `--max-input`); a regular
+  file longer than the bound is refused;
+- in a directory only regular files are read (a FIFO or a link to a device is passed over) and a
+  file that cannot be opened is left out with a note;
 - UTF-16 text (PowerShell's `>` writes it, with a BOM) is re-encoded to UTF-8 in memory.
 Raises `InputError` (exit 2) for a missing path, a directory with no logs, or
 binary data.  `iter_blocks(source)` yields ~4 MiB byte blocks cut at newlines
@@ -19,8 +23,10 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from diagnose.errors import InputError
+from diagnose.parse.bounded import check_size, max_input, read_file, read_stream, too_big
 
 BLOCK = 1 << 22  # 4 MiB: bounds the per-block numpy temporaries (and measured fastest)
 _LOG_SUFFIXES = {".log", ".txt", ".out", ".err", ".stdout", ".stderr"}
@@ -143,20 +149,34 @@ def _torchrun_rank_files(d: Path) -> list[Path]:
     return sorted({p for p in found if p.parent.parent.name == f"attempt_{newest[p.parent.parent.parent]}"})
 
 
+def _unreadable(p: Path) -> str | None:
+    """Why a regular file cannot be opened for reading (permissions), or None."""
+    try:
+        with open(p, "rb"):
+            return None
+    except OSError as e:
+        return e.strerror or type(e).__name__
+
+
 def _add_dir(d: Path, src: Sources) -> None:
     names = set()
     try:
         entries = sorted(d.iterdir())
     except OSError as e:
         raise InputError(f"{d}: cannot list directory ({e.strerror})") from None
-    for p in entries:
+    for p in entries:  # regular files only (is_file): a FIFO or a link to /dev/zero named *.log is not read
         names.add(p.name)
         if p.is_file() and p.suffix.lower() in _LOG_SUFFIXES:
+            why = _unreadable(p)
+            if why:  # one unreadable capture in a folder: said, and the others are read
+                src.notes.append(f"{p}: cannot read ({why}), left out")
+                continue
+            check_size(p, str(p))
             src.stdout.append((str(p), p))
         elif p.is_file() and _FR_NAME.search(p.name) and _is_fr(p):
             src.fr.append(p)
     for p in _torchrun_rank_files(d):
-        if p.stat().st_size:
+        if p.stat().st_size and not _unreadable(p):
             src.stdout.append((str(p), p))
     base = d
     if not (d / "logging.jsonl").exists() and not (d / "args.json").exists():
@@ -164,12 +184,36 @@ def _add_dir(d: Path, src: Sources) -> None:
         if v is not None:
             base = v
             names |= {p.name for p in v.iterdir()}
-    if (base / "logging.jsonl").is_file():
-        src.jsonl.append(base / "logging.jsonl")
-    for n in ("args.json", "sft_args.json"):
-        if (base / n).is_file():
-            src.args.append(base / n)
+    for f, into in [(base / "logging.jsonl", src.jsonl), (base / "args.json", src.args), (base / "sft_args.json", src.args)]:
+        if f.is_file():
+            why = _unreadable(f)
+            if why:
+                src.notes.append(f"{f}: cannot read ({why}), left out")
+            else:
+                into.append(f)
     src.file_names |= names
+
+
+def read_text_stream(f: BinaryIO, name: str) -> bytes:
+    """Standard input, a pipe or a device: its head is checked for binary data before the rest is read
+    (so `/dev/zero` or `/dev/urandom` fail at once), and the whole is bounded (`bounded.max_input`)."""
+    head = b""
+    while len(head) < 65536:
+        b = f.read(65536 - len(head))
+        if not b:
+            break
+        head += b
+    if not utf16_codec(head):
+        check_not_binary(head, name)
+    return head + (read_stream(f, name) if len(head) == 65536 else b"")
+
+
+def _read_pipe(p: Path, raw: str) -> bytes:
+    try:
+        with p.open("rb") as f:
+            return read_text_stream(f, raw)
+    except OSError as e:
+        raise InputError(f"{raw}: cannot read ({e.strerror})") from None
 
 
 def resolve_inputs(inputs: list[str], stdin: bytes | None = None) -> Sources:
@@ -179,6 +223,8 @@ def resolve_inputs(inputs: list[str], stdin: bytes | None = None) -> Sources:
     for raw in inputs:
         if raw == "-":
             data = from_utf16(stdin if stdin is not None else b"")
+            if len(data) > max_input():
+                raise too_big("<stdin>", max_input())
             check_not_empty(len(data), "<stdin>")
             check_not_binary(data[:65536], "<stdin>")
             src.stdout.append(("<stdin>", data))
@@ -190,22 +236,21 @@ def resolve_inputs(inputs: list[str], stdin: bytes | None = None) -> Sources:
             before = len(src.stdout) + len(src.jsonl) + len(src.args) + len(src.fr)
             _add_dir(p, src)
             if len(src.stdout) + len(src.jsonl) + len(src.args) + len(src.fr) == before:
+                left_out = [n for n in src.notes if n.endswith("left out")]
+                if left_out:
+                    raise InputError(left_out[0].replace(", left out", ""), hint="no other log in this directory")
                 raise InputError(
                     f"{raw}: no ms-swift logs in this directory",
                     hint="expected *.log captures, logging.jsonl or args.json (or a v<N>-<date>/ run folder)",
                 )
             continue
-        if not p.is_file():  # a pipe: `<(ssh host cat train.log)`, a FIFO: read once, like stdin
-            try:
-                with p.open("rb") as f:
-                    data = f.read()
-            except OSError as e:
-                raise InputError(f"{raw}: cannot read ({e.strerror})") from None
-            data = from_utf16(data)
+        if not p.is_file():  # a pipe: `<(ssh host cat train.log)`, a FIFO: read once, like stdin (bounded)
+            data = from_utf16(_read_pipe(p, raw))
             check_not_empty(len(data), raw)
             check_not_binary(data[:65536], raw)
             src.stdout.append((str(p), data))
             continue
+        check_size(p, raw)
         try:
             with p.open("rb") as f:
                 head = f.read(65536)
@@ -223,10 +268,7 @@ def resolve_inputs(inputs: list[str], stdin: bytes | None = None) -> Sources:
             src.file_names.add(p.name)
             continue
         if utf16_codec(head):  # PowerShell's `>` writes UTF-16: read it once, as UTF-8, into memory
-            try:
-                data = from_utf16(p.read_bytes())
-            except OSError as e:
-                raise InputError(f"{raw}: cannot read ({e.strerror})") from None
+            data = from_utf16(read_file(p, raw))
             check_not_binary(data[:65536], raw)
             src.file_names.add(p.name)
             src.stdout.append((str(p), data))

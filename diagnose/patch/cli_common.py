@@ -8,14 +8,12 @@ Contract:
 - `swift_check(plan, enabled) -> str | None`: one line about ms-swift's own
   parser on the plan's argv (a `Problem` is added when it rejects it); None when
   disabled or ms-swift is not installed.
-- `write_atomic(path, text, encoding, suffix='.bak') -> Path`: backup copy, then
-  temp file + fsync + rename in the same directory (mode kept); returns the backup.
+- `write_atomic(path, text, encoding, suffix='.bak', force=False) -> Path`: one file written through
+  `patch.safewrite.write_files` (link target edited, owner and mode kept, read-only refused without
+  force, nothing left behind on failure); returns the backup.
 """
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -60,31 +58,8 @@ def swift_check(plan: PatchPlan, enabled: bool) -> str | None:
     return res.message()
 
 
-def _free(path: Path, suffix: str) -> Path:
-    cand = path.with_name(path.name + suffix)
-    n = 1
-    while cand.exists():
-        cand = path.with_name(f"{path.name}{suffix}.{n}")
-        n += 1
-    return cand
+def write_atomic(path: Path, text: str, encoding: str = "utf-8", suffix: str = ".bak", force: bool = False) -> Path:
+    """One file through `patch.safewrite.write_files` (the one home of writing the user's files)."""
+    from diagnose.patch.safewrite import write_files
 
-
-def write_atomic(path: Path, text: str, encoding: str = "utf-8", suffix: str = ".bak") -> Path:
-    data = text.encode(encoding)
-    backup = _free(path, suffix)
-    shutil.copy2(path, backup)
-    fd, tmp = tempfile.mkstemp(dir=str(path.parent), prefix=f".{path.name}.", suffix=".swiftdoc-tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        shutil.copymode(path, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return backup
+    return write_files([(path, text, encoding)], suffix, force)[0]

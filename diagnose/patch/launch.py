@@ -194,10 +194,13 @@ def load_config(name: str, base_dir: Path | None) -> ConfigFile:
         cands.append(Path.cwd() / p)
     for c in cands:
         if c.is_file():
+            from diagnose.parse.bounded import check_expanded, check_nesting, read_file
+
             try:
-                text = c.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as e:
+                text = read_file(c, str(c)).decode("utf-8")
+            except UnicodeDecodeError as e:
                 raise InputError(f"{c}: cannot read the config file ({e})") from None
+            check_nesting(text, str(c))
             try:
                 if kind == "json":
                     data = json.loads(text)
@@ -206,7 +209,8 @@ def load_config(name: str, base_dir: Path | None) -> ConfigFile:
 
                     data = yaml.safe_load(text)
             except Exception as e:  # noqa: BLE001 - any parse error is the user's input
-                raise InputError(f"{c}: not valid {kind.upper()}: {str(e).splitlines()[0]}") from None
+                raise InputError(f"{c}: not valid {kind.upper()}: {(str(e).splitlines() or [type(e).__name__])[0]}") from None
+            check_expanded(data, str(c))  # aliases share one value: never write out a bomb's 10^9 of them
             if not isinstance(data, dict):
                 raise InputError(f"{c}: a swift config file must be a mapping of flag: value")
             return ConfigFile(c, name, kind, text, data, _find_key_lines(text, kind))

@@ -37,22 +37,31 @@ class ScriptFile:
     encoding: str
 
 
+def _check_text(head: bytes, p: Path) -> None:
+    ctrl = sum(1 for b in head if b < 9 or 13 < b < 32 and b != 27)
+    if b"\0" in head or ctrl > len(head) // 20:
+        raise InputError(f"{p}: binary data, not a shell script", hint="give the .sh file that runs swift")
+
+
 def read_script(path: str | Path) -> ScriptFile:
     p = Path(path)
     if not p.exists():
         raise InputError(f"{p}: no such file", hint="give the launch script (train.sh), or only --log to patch the logged command")
     if p.is_dir():
         raise InputError(f"{p}: is a directory, not a launch script")
+    from diagnose.parse.bounded import check_size, is_regular, read_stream
+
     try:
-        data = p.read_bytes()
+        if is_regular(p):
+            check_size(p, str(p))
+        with p.open("rb") as fh:  # bounded, head first: `<(...)` is read, /dev/zero refused at once
+            head = fh.read(65536)
+            _check_text(head, p)
+            data = head + (read_stream(fh, str(p)) if len(head) == 65536 else b"")
     except OSError as e:
         raise InputError(f"{p}: cannot read it ({e.strerror})") from None
     if not data.strip():
         raise InputError(f"{p}: empty file, no swift command in it")
-    head = data[:65536]
-    ctrl = sum(1 for b in head if b < 9 or 13 < b < 32 and b != 27)
-    if b"\0" in head or ctrl > len(head) // 20:
-        raise InputError(f"{p}: binary data, not a shell script", hint="give the .sh file that runs swift")
     for enc in ("utf-8", "gb18030"):
         try:
             return ScriptFile(p, data.decode(enc), enc)

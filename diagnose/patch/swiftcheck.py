@@ -24,6 +24,8 @@ from typing import Optional
 
 from pydantic import BaseModel
 
+from diagnose.isolated import run_python
+
 # megatron-core / transformer-engine stand-ins so ms-swift's argument classes import without them
 # (they only need the names); shared with tests/test_flags.py's real-parser dump.
 MEGATRON_STUB = r'''
@@ -157,8 +159,8 @@ def check_argvs(items: list[tuple[str, list[str]]], version: str | None = None, 
     env = dict(os.environ)
     env.setdefault("PYTHONWARNINGS", "ignore")
     try:
-        r = subprocess.run([py, "-c", _SCRIPT], input=json.dumps(payload), capture_output=True, text=True,
-                           timeout=timeout, env=env)
+        r = run_python(py, _SCRIPT, input=json.dumps(payload), capture_output=True, text=True,  # never the cwd's modules
+                       timeout=timeout, env=env)
     except (OSError, subprocess.TimeoutExpired) as e:
         return [SwiftCheck(command=c, ok=False, python=py, skipped=f"could not run ms-swift's parser ({e})")
                 for c, _ in items]

@@ -62,7 +62,7 @@ def print_diagnosis(diag: Diagnosis, run: Run, console: Console | None = None, v
     head.append(f"\n{p.summary}")
     if p.missing:
         head.append(f"\nnot in the text: {p.missing}", style="dim")
-    c.print(Panel(head, title="swiftdoc", subtitle=_run_line(run), expand=True))
+    c.print(Panel(head, title="swiftdoc", subtitle=Text(_run_line(run)), expand=True))  # a path is text, not markup
     if diag.culprit:
         cu = diag.culprit
         where = f"  ({cu['file']}:{cu['line']})" if cu.get("file") and cu.get("line") else ""

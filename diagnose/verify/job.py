@@ -130,12 +130,14 @@ def installed_version(swift: str) -> str | None:
     """ms-swift version of the environment the `swift` CLI runs in (importlib.metadata, no import of swift)."""
     import subprocess
 
+    from diagnose.isolated import run_python
+
     py = swift_python(swift)
     if py is None:
         return None
     try:
-        r = subprocess.run([py, "-c", "import importlib.metadata as m; print(m.version('ms-swift'))"],
-                           capture_output=True, text=True, timeout=60)
+        r = run_python(py, "import importlib.metadata as m; print(m.version('ms-swift'))",  # never the cwd's modules
+                       capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         return None
     v = r.stdout.strip()

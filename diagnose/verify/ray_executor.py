@@ -11,8 +11,9 @@ Contract (the `Executor` interface of diagnose.verify.executor; `name` "ray"):
   ~/.ray/auth_token) RAY_AUTH_MODE=token is set unless the user set a mode.
 - `submit(spec, on_step)`: one actor per trial with `num_gpus`/`num_cpus` of its slot and the trial's
   environment in the spec (a GPU slot's CUDA_VISIBLE_DEVICES is Ray's to set: dropped; a CPU slot keeps its
-  cores on a Ray of this machine only).  On a remote cluster the job's folder travels as the runtime env's working_dir
-  and this package as a py_module; the trial runs with the real `SwiftTrialRunner` on the worker, writing
+  cores on a Ray of this machine only).  On a remote cluster only the files the job names (`verify.shipping`: the
+  script, its datasets and configs under the current folder, never hidden files; size-checked, said in one line)
+  travel as the runtime env's working_dir, and this package as a py_module; the trial runs with the real `SwiftTrialRunner` on the worker, writing
   its log in a temporary folder there.  The log streams back: the driver polls the actor for new bytes,
   appends them to `spec.log_path` and reports logged steps to `on_step`.  The `TrialResult` comes back as a
   dict and is validated here.
@@ -25,6 +26,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -117,6 +119,7 @@ class RayExecutor:
         self.swift = swift
         self._actor = _actor_class(ray)
         self._live: list[_Handle] = []
+        self._ship: Any = None  # the staged working_dir of a remote cluster (verify.shipping), removed at close
 
     # ------------------------------------------------------------------ connect and check
     @classmethod
@@ -147,17 +150,27 @@ class RayExecutor:
                 ray.init(address=address, **kw)
         except Exception as e:  # noqa: BLE001 - Ray raises many kinds; the user needs one line
             raise RayUnavailable(f"cannot connect to Ray at {address}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+        ship = None
         try:
             remote = not started and not _same_machine(ray)
             renv: dict[str, Any] | None = None
-            if remote:
-                renv = {"working_dir": job.cwd, "py_modules": [str(_PKG)]}
+            if remote:  # only the files the job names travel, never the whole current folder (~/.ssh, ~/.aws...)
+                from diagnose.verify.shipping import stage
+
+                script = job.source.rsplit(" line ", 1)[0]
+                ship = stage(job, script if os.path.isfile(script) else None)
+                job.notes.append(ship.line)
+                sys.stderr.write(f"verify: {ship.line}\n")
+                renv = {"working_dir": ship.dir, "py_modules": [str(_PKG)]}
             ex = cls(ray, slots, started, remote, renv, None)
+            ex._ship = ship
             ex._check_resources(slots)
             if probe:
                 ex.swift = ex._probe_swift(job)
             return ex
         except BaseException:
+            if ship is not None:
+                ship.close()
             if started:
                 ray.shutdown()
             raise
@@ -294,6 +307,9 @@ class RayExecutor:
     def close(self) -> None:
         if self._live:
             self.cancel()
+        if self._ship is not None:
+            self._ship.close()
+            self._ship = None
         if self.started:
             try:
                 self.ray.shutdown()
