@@ -170,10 +170,12 @@ class Run(BaseModel):
     failures: list[dict[str, Any]] = Field(default_factory=list)  # torchrun's failure table entries (parse.torchrun)
     # per rank: its flight recorder dump's last collectives (parse.flight_recorder.read_dump)
     flight_recorder: list[dict[str, Any]] = Field(default_factory=list, exclude=True)
+    probe: Any = Field(default=None, exclude=True)  # swiftdoc probe files of the run (parse.probe.ProbeSet)
     nodes: dict[str, int] = Field(default_factory=dict)  # capture file -> its node rank (torchrun --node_rank in `run sh:`)
     timers: list[dict[str, Any]] = Field(default_factory=list)  # DeepSpeed wall_clock_breakdown rows: {line, name: ms}
     iter_times: list[dict[str, Any]] = Field(default_factory=list)  # per-iteration {line, time_s, data_time_s} (mmengine, YOLOX...)
     checkpoints: list[dict[str, Any]] = Field(default_factory=list)  # saves seen: {path, step, line}
+    loss_scales: list[dict[str, Any]] = Field(default_factory=list)  # fp16 loss-scale drops seen: {line, scale}
     nonfinite: dict[str, list[int]] = Field(default_factory=dict)  # metric -> [rows printed nan/inf, first line]
     step_dialect: str | None = None  # the steps came from another trainer's lines (parse.dialects), or a tqdm bar
     total_lines: int = 0

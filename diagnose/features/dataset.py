@@ -171,7 +171,7 @@ def _pre_before_collective(ctx: Ctx):
     if not fails or not run.preprocess:
         return None
     first = min(e.line for e in fails)
-    bars = [r for r in run.preprocess if r["line"] < first]
+    bars = [r for r in run.preprocess if r["line"] <= first]  # a bar the timeout line was glued to counts
     if not bars:
         return None
     last = bars[-1]
@@ -206,3 +206,19 @@ def _imbalance(ctx: Ctx):
         return None
     return (f"process #{slow} at {100 * frac[slow]:.0f}% ({last[slow]['done']} of {last[slow]['total']} rows) while "
             f"#{fast} is at {100 * frac[fast]:.0f}%", [last[slow]["line"], last[fast]["line"]])
+
+
+@feature("preprocess_total_s", "s",
+         "How long one preprocessing pass takes in all, from its bar: time elapsed + time still to go (the longest "
+         "pass in the text).", FAMILY)
+def _pre_total(ctx: Ctx):
+    best = None
+    for r in ctx.run.preprocess:
+        el, left = r.get("elapsed_s"), r.get("remaining_s")
+        if left is None and r.get("rate_per_s") and r.get("total"):
+            left = (r["total"] - r["done"]) / r["rate_per_s"]
+        if el is None or left is None:
+            continue
+        if best is None or el + left > best[0]:
+            best = (el + left, r["line"])
+    return (best[0], [best[1]]) if best else None

@@ -104,6 +104,14 @@ def _crash(ctx: Ctx):
         if evs:
             exc = typed_exception(evs[-1])
             got = classify(exc)
+            if got is None and exc.module is None:
+                # an exception line pasted without its frames (several ranks interleaved): the frames of a cut copy of
+                # the traceback beside it say where it was raised
+                lean = _cut_lean(ctx)
+                if lean is not None:
+                    m = lean[1]
+                    m.confidence, m.explain = "probable", "raised where the other rank's copy of the traceback shows"
+                    got = (m, exc)
             ctx.cache[key] = (exc, got[0] if got else None, got[1] if got else None, evs[-1])
         else:
             ctx.cache[key] = _cut_lean(ctx)
@@ -387,9 +395,14 @@ def _shards(ctx: Ctx):
     return _first_detail(ctx, "shards_one", "n_shards")
 
 
-@feature("index_build_s", "s", "Seconds Megatron spent building a dataset index map at start-up, when printed.", FAMILY)
+@feature("index_build_s", "s", "Longest time Megatron spent building one dataset index map at start-up, when printed.",
+         FAMILY)
 def _index_s(ctx: Ctx):
-    return _first_detail(ctx, "index_build", "seconds")
+    evs = [e for e in _events(ctx, "index_build") if e.detail.get("seconds") is not None]
+    if not evs:
+        return None
+    e = max(evs, key=lambda x: x.detail["seconds"])
+    return e.detail["seconds"], [_ref(e)]
 
 
 @feature("worker_exitcode", "code", "Exit code of the first worker torchrun reported as failed.", FAMILY)

@@ -347,3 +347,19 @@ def _nonfinite_rows(ctx: Ctx):
     bad = [v[0] for k, v in ctx.run.nonfinite.items()
            if k not in _NONFINITE_OWN and "std" not in k.lower() and not k.endswith("_runtime")]
     return max(bad) if bad else None
+
+
+@feature("loss_scale_min", "scale", "The lowest fp16 dynamic loss scale the text shows a step falling back to "
+         "(DeepSpeed 'reducing to', apex 'reducing loss scale to'); it starts at 2^16 and halves on every overflow.",
+         FAMILY)
+def _ls_min(ctx: Ctx):
+    ls = ctx.run.loss_scales
+    if not ls:
+        return None
+    low = min(ls, key=lambda r: r["scale"])
+    return low["scale"], [low["line"]]
+
+
+@feature("loss_scale_drops", "count", "Skipped steps the fp16 loss scaler reported (a drop of the scale each).", FAMILY)
+def _ls_drops(ctx: Ctx):
+    return len(ctx.run.loss_scales) or None

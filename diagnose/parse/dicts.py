@@ -64,15 +64,19 @@ _TRAIN_KEYS = ("loss", "grad_norm")
 
 def is_train_row(d: dict[str, Any]) -> bool:
     """A training log row (ms-swift, HF Trainer, TRL, trainer_state): loss or grad_norm, no eval_ or run-summary keys."""
-    if "train_runtime" in d or any(k.startswith("eval_") for k in d):
-        return False
+    if "train_runtime" in d or any(k.startswith("eval_") and d[k] is not None for k in d):
+        return False  # (LLaMA-Factory's trainer_log rows carry "eval_loss": null on every training row)
     return any(isinstance(d.get(k), (int, float)) for k in _TRAIN_KEYS)
 
 
 def _parse_span(text: str, span: tuple[int, int]) -> dict[str, Any]:
-    body = text[span[0] + 1 : span[1] - (1 if text[span[1] - 1 : span[1]] == "}" else 0)]
+    closed = text[span[1] - 1 : span[1]] == "}"
+    body = text[span[0] + 1 : span[1] - (1 if closed else 0)]
     out: dict[str, Any] = {}
-    for m in _PAIR.finditer(body):
+    pairs = list(_PAIR.finditer(body))
+    if not closed and pairs and not body.rstrip().endswith(",") and pairs[-1].group("val").strip()[:1] not in "'\"":
+        pairs = pairs[:-1]  # a dict cut by the end of the excerpt: its last bare number may be cut ('lr': 4. of 4.99e-05)
+    for m in pairs:
         key = m.group("key")
         raw = m.group("val").strip()
         if raw[:1] in "'\"" and raw[-1:] == raw[:1] and len(raw) >= 2:

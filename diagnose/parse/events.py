@@ -82,7 +82,7 @@ def _signal_detail(m: re.Match[str], line: str) -> dict[str, Any]:
         d["signal"] = int(num.group(1))
     if name:
         d["name"] = "SIG" + name.group(1)
-    elif "KeyboardInterrupt" in line:
+    elif "KeyboardInterrupt" in line or line.lstrip().startswith("^C"):
         d["name"] = "SIGINT"
     elif line.strip() == "Terminated":
         d["name"] = "SIGTERM"

@@ -60,14 +60,20 @@ BAR = re.compile(
     r"\[(?P<elapsed>[\d:]+)<(?P<remaining>[\d:?]+),\s*(?P<rate>[\d.]+|\?)\s*(?P<unit>s/it|it/s|[A-Za-z]+/s)"
 )
 _PREPROCESS_BAR = re.compile(r"^(?:Map|Filter|Running tokenizer|Tokeniz|Generating|Converting|Packing|Grouping|Preprocess|Encod)", re.I)
+# DeepSpeed ('Attempted loss scale: 8.0, reducing to 4.0', fused_optimizer 'Reducing dynamic loss scale from 8.0 to
+# 4.0'), apex ('Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 16384.0')
+_LOSS_SCALE = re.compile(r"(?:loss scale: [\d.e+]+, reducing to|Reducing dynamic loss scale from [\d.e+]+ to|"
+                         r"reducing loss scale to)\s*([\d.]+(?:e[+-]?\d+)?)")
 _SHARD = re.compile(r"#(\d+)\s*:?\s*$")  # the per-process tag before a bar's percentage
 _EVAL_BAR = re.compile(r"^(?:Val|Eval|eval|Evaluat|Predict|Test)")
 _OTHER_BAR = re.compile(r"^(?:Loading|Downloading|Fetching|Saving|Uploading|Merging)", re.I)
 _JSON_KV = re.compile(r'^\s*"([^"]{1,80})":\s*(-?[\d.]+(?:[eE][-+]?\d+)?|NaN|-?Infinity|null|true|false|"[^"]*")\s*,?\s*$')
+# the same, pretty-printed by Python (pprint / print of a dict over several lines): 'key': value, nan, None
+_PY_KV = re.compile(r"^\s*'([^']{1,80})':\s*(-?[\d.]+(?:[eE][-+]?\d+)?|nan|-?inf|None|True|False|'[^']*')\s*,?\s*$")
 _TRAINER_HINTS = (
     ("ms-swift", ("[INFO:swift]", "[WARNING:swift]", "/swift/", "swift.__version__", "swift sft", "swift rlhf", "swift pt ")),
     ("megatron", ("megatron/", "megatron sft", "megatron rlhf", " iteration ", "Megatron")),
-    ("llama-factory", ("llamafactory", "LLaMA-Factory", "llamafactory-cli")),
+    ("llama-factory", ("llamafactory", "LLaMA-Factory", "llamafactory-cli", '"current_steps"')),
     ("deepspeed", ("[stage3.py", "deepspeed/", "DeepSpeed")),
     ("trl", ("/trl/", "GRPOTrainer", "DPOTrainer")),
     ("hf-trainer", ("transformers/trainer.py", "***** train metrics *****", "***** Running training *****")),
@@ -130,6 +136,7 @@ RECOGNISERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("deepspeed_config", ("Using deepspeed: ",), "_deepspeed"),
     ("megatron_row", ("iteration",), "_megatron_line"),
     ("ds_timers", ("time (ms) |",), "_timers"),
+    ("loss_scale", ("reducing to", "Reducing dynamic loss scale", "reducing loss scale to"), "_loss_scale"),
     ("dialect_row", _dialect_needles(), "_dialect"),
     ("data_time", ("data_time",), "_data_time"),
     ("tqdm_bar", ("%|",), "_bars"),
@@ -391,9 +398,21 @@ class InfoScanner:
             self.run.timers.append(row)
         return True
 
+    def _loss_scale(self, lineno: int, s: str, raw: str) -> bool:
+        """fp16 dynamic loss scaling giving up a step: the scale it falls to (DeepSpeed, apex)."""
+        m = _LOSS_SCALE.search(s)
+        if not m:
+            return False
+        v = to_number(m.group(1))
+        if isinstance(v, (int, float)):
+            self.run.loss_scales.append({"line": lineno, "scale": float(v)})
+        return True
+
     def _dialect(self, lineno: int, s: str, raw: str) -> bool:
         from diagnose.parse.dialects import match_dialect
 
+        if "%|" in raw:  # tqdm bars are told apart (training, preprocessing, eval) by `_bars`
+            return False
         row = match_dialect(s)
         if row is None:
             return False
@@ -457,19 +476,26 @@ class InfoScanner:
             if t in ("},{", "}, {"):
                 self._pretty, self._pretty_line = {}, lineno
             return True
-        if '"' not in t[:2]:
+        if t[:1] not in ('"', "'"):
             return False
-        m = _JSON_KV.match(t)
+        m = _JSON_KV.match(t) if t[0] == '"' else _PY_KV.match(t)
         if not m:
             return False
         if self._pretty is None:  # the paste began inside an object
             self._pretty, self._pretty_line = {}, lineno
-        import json
+        if t[0] == '"':
+            import json
 
-        try:
-            self._pretty[m.group(1)] = json.loads(m.group(2))
-        except ValueError:
-            return False
+            try:
+                self._pretty[m.group(1)] = json.loads(m.group(2))
+            except ValueError:
+                return False
+            return True
+        raw = m.group(2)
+        val: Any = {"None": None, "True": True, "False": False}.get(raw, raw)
+        if isinstance(val, str):
+            val = raw[1:-1] if raw[:1] == "'" else to_number(raw)
+        self._pretty[m.group(1)] = val
         return True
 
     def _pretty_flush(self) -> None:

@@ -24,6 +24,8 @@ STEP_KEYS: dict[str, str] = {
     "epoch": "epoch",
     "global_step": "step",  # 2.x PrinterCallbackNew form (an int)
     "step": "step",  # trainer_state.json log_history rows
+    "current_steps": "step",  # LLaMA-Factory trainer_log.jsonl (LogCallback)
+    "total_steps": "max_steps",
 }
 SPEED_KEYS = {"train_speed(iter/s)": "iter/s", "train_speed(s/it)": "s/it"}
 PAIR_KEYS = ("global_step/max_steps", "iteration")  # "N/M" strings
