@@ -205,7 +205,9 @@ _OPTIONAL = re.compile(r"\[\[((?:(?!\[\[|\]\]).)*)\]\]", re.S)  # innermost firs
 def _evidence(rule: Rule, feats: dict[str, Any], assumed: set[str] | frozenset[str] = frozenset()) -> str:
     def known(m: re.Match[str]) -> str:
         names = template_names(m.group(1))
-        return m.group(1) if all(feats.get(n) is not None or n in rule.params for n in names) else ""
+        # a count of 0 is nothing to report either ("0 report(s) of ..." says nothing)
+        return m.group(1) if all((feats.get(n) is not None and not (n.endswith("_count") and feats.get(n) == 0))
+                                 or n in rule.params for n in names) else ""
 
     template = rule.evidence
     while "[[" in template:
