@@ -151,7 +151,7 @@ def test_the_rewritten_patterns_still_match_what_they_matched():
         "nccl_error": "node1:123:456 [0] NCCL WARN Call to connect returned Connection refused; NCCL WARN again",
         "remote_media": "ProxyError('x') while fetching https://h/a/b/c.jpg",
         "argv_backslash": "run sh: `python sft.py \\ --model m`",
-        "dataset_error": "[ERROR:swift] Dataset /d/x.jsonl load failed: boom",
+        "dataset_load_error": "[ERROR:swift] Dataset /d/x.jsonl load failed: boom",
         "dns_fail": "getaddrinfo failed for node-1",
         "dist_init_timeout": "[c10d] waitForInput: socket SocketImpl(fd=11) timed out after 900000ms",
     }

@@ -355,7 +355,7 @@ def _tf(ctx: Ctx):
          "Learning rate ÷ ms-swift's default for the tuner (1e-4 for LoRA-style tuners, 1e-5 for full).", FAMILY)
 def _lr_ratio(ctx: Ctx):
     lr = ctx.get("learning_rate")
-    if lr is None:
+    if lr is None or not _llm_finetune(ctx):
         return None
     tuner = (ctx.get("tuner_type") or "lora").lower()
     base = 1e-5 if tuner == "full" else 1e-4
@@ -374,7 +374,16 @@ def _wfrac(ctx: Ctx):
     return frac
 
 
-@feature("default_learning_rate", "1/step", "ms-swift's default learning rate for the tuner: 1e-5 for full, 1e-4 otherwise.", FAMILY)
+def _llm_finetune(ctx: Ctx) -> bool:
+    """Is this an LLM fine-tuning trainer whose learning rates ms-swift's defaults describe? (not an image model's
+    SGD at 0.1 read from another trainer's step lines)"""
+    return not (ctx.run.trainer == "unknown" and ctx.run.step_dialect)
+
+
+@feature("default_learning_rate", "1/step", "ms-swift's default learning rate for the tuner: 1e-5 for full, 1e-4 "
+         "otherwise (None for other trainers' step lines: their defaults are not ms-swift's).", FAMILY)
 def _dlr(ctx: Ctx):
+    if not _llm_finetune(ctx):
+        return None
     tuner = (ctx.get("tuner_type") or "lora").lower()
     return 1e-5 if tuner == "full" else 1e-4

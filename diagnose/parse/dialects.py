@@ -26,6 +26,7 @@ CANONICAL = ("step", "total", "epoch", "loss", "grad_norm", "lr", "step_time_s",
              "mem_current_gib", "samples_per_s", "tokens_per_s", "tflops", "mfu_pct", "elapsed_s", "remaining_s",
              "skipped_iters", "nan_iters", "loss_scale", "reward", "kl")
 _GIB = 2.0 ** 30
+_TAB = r"(?:\t| {2,})"
 
 
 @dataclass
@@ -68,7 +69,7 @@ def convert(text: str, unit: str | None) -> float | None:
     """A printed value in `unit` -> the canonical unit (s, GiB, percent, plain number)."""
     if text is None:
         return None
-    s = text.strip().rstrip(",;")
+    s = text.strip().rstrip(",;*").lstrip("*")  # (a paste's Markdown bold can cling to a value: 'nan**')
     if unit == "hms":
         return _hms(s)
     if unit == "count":
@@ -107,10 +108,34 @@ def load_dialects(path: Path | None = None) -> list[Dialect]:
                 raise ValueError(f"dialects.yaml {e.get('name')}: unknown canonical field {canon!r}")
             spec = spec if isinstance(spec, dict) else {"group": spec}
             fields[canon] = (spec["group"], spec.get("unit"))
+        # a tab the trainer prints (mmcv's TextLoggerHook) is often spaces once pasted: either is taken
+        pattern = _loose_tabs(e["pattern"])
+        needles = tuple(n.replace("\t", "").strip() or n for n in (e.get("needles") or ()))
         out.append(Dialect(name=e["name"], trainer=e.get("trainer", e["name"]), kind=e.get("kind", "train"),
-                           needles=tuple(e.get("needles") or ()), pattern=re.compile(e["pattern"]), fields=fields,
+                           needles=tuple(n for n in needles if n), pattern=re.compile(pattern), fields=fields,
                            source=str(e.get("source", ""))))
     return out
+
+
+def _loose_tabs(pattern: str) -> str:
+    """A tab outside a character class (`\\t` or a real tab) also matches two or more spaces."""
+    out, i, in_class = [], 0, False
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\" and i + 1 < len(pattern):
+            if pattern[i + 1] == "t" and not in_class:
+                out.append(_TAB)
+            else:
+                out.append(pattern[i:i + 2])
+            i += 2
+            continue
+        if c == "[" and not in_class:
+            in_class = True
+        elif c == "]" and in_class:
+            in_class = False
+        out.append(_TAB if c == "\t" and not in_class else c)
+        i += 1
+    return "".join(out)
 
 
 _TABLE: list[Dialect] | None = None
