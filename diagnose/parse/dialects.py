@@ -112,7 +112,8 @@ def load_dialects(path: Path | None = None) -> list[Dialect]:
         pattern = _loose_tabs(e["pattern"])
         needles = tuple(n.replace("\t", "").strip() or n for n in (e.get("needles") or ()))
         out.append(Dialect(name=e["name"], trainer=e.get("trainer", e["name"]), kind=e.get("kind", "train"),
-                           needles=tuple(n for n in needles if n), pattern=re.compile(pattern), fields=fields,
+                           needles=tuple(sorted((n for n in needles if n), key=len)), pattern=re.compile(pattern),
+                           fields=fields,
                            source=str(e.get("source", ""))))
     return out
 
@@ -150,8 +151,8 @@ def dialects() -> list[Dialect]:
 
 def match_dialect(line: str) -> DialectRow | None:
     for d in dialects():
-        if d.needles and not all(n in line for n in d.needles):
-            continue
+        if d.needles and (d.needles[-1] not in line or not all(n in line for n in d.needles)):
+            continue  # (the needles are sorted shortest first: the longest, most telling one is tried first)
         m = d.pattern.search(line)
         if not m:
             continue

@@ -23,6 +23,7 @@ from typing import Any
 from diagnose.models import DatasetStats, ModelInfo, Run
 from diagnose.parse.args import parse_args_body, parse_run_sh
 from diagnose.parse.dicts import is_train_row, iter_dicts
+from diagnose.parse.needles import any_of
 from diagnose.parse.prefix import strip_paste
 from diagnose.parse.snapshots import Snapshots
 from diagnose.parse.values import to_number
@@ -108,10 +109,11 @@ def _clock_s(text: str) -> float | None:
 # the line must hold one of them -, handler method).  A handler returns True when the line was its kind.
 # Each has its line cases in tests/data/line_cases.yaml.
 def _dialect_needles() -> tuple[str, ...]:
-    """The first needle of every dialect (parse/dialects.yaml): a line holding none of them is no dialect's row."""
+    """The longest needle of every dialect (parse/dialects.yaml; a dialect needs all of its needles): a line holding
+    none of them is no dialect's row."""
     from diagnose.parse.dialects import dialects
 
-    return tuple(dict.fromkeys(d.needles[0] for d in dialects() if d.needles)) or ("\x00",)
+    return tuple(dict.fromkeys(max(d.needles, key=len) for d in dialects() if d.needles)) or ("\x00",)
 
 
 RECOGNISERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
@@ -141,6 +143,10 @@ RECOGNISERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("data_time", ("data_time",), "_data_time"),
     ("tqdm_bar", ("%|",), "_bars"),
 )
+
+
+_ANY_NEEDLE = any_of(n for _name, needles, _h in RECOGNISERS for n in needles)
+_ANY_HINT = any_of(n for _name, needles in _TRAINER_HINTS for n in needles)
 
 
 class InfoScanner:
@@ -209,14 +215,17 @@ class InfoScanner:
             return
         if self.snapshots.feed(lineno, s):
             return
-        for name, needles in _TRAINER_HINTS:
-            if any(n in s for n in needles):
-                self.trainer_hints[name] = self.trainer_hints.get(name, 0) + 1
-        for _name, needles, handler in RECOGNISERS:
-            # a tqdm bar may sit in an earlier '\r' fragment than the one normalize() kept: look at the raw line
-            hay = raw if handler == "_bars" else s
-            if any(n in hay for n in needles) and getattr(self, handler)(lineno, s, raw):
-                return
+        if _ANY_HINT.search(s):
+            for name, needles in _TRAINER_HINTS:
+                if any(n in s for n in needles):
+                    self.trainer_hints[name] = self.trainer_hints.get(name, 0) + 1
+        # one pass over every recogniser's needles (a trie, parse.needles) before asking each of them
+        if _ANY_NEEDLE.search(s) or (raw is not s and _ANY_NEEDLE.search(raw)):
+            for _name, needles, handler in RECOGNISERS:
+                # a tqdm bar may sit in an earlier '\r' fragment than the one normalize() kept: look at the raw line
+                hay = raw if handler == "_bars" else s
+                if any(n in hay for n in needles) and getattr(self, handler)(lineno, s, raw):
+                    return
         self.generic.feed(lineno, s)  # nothing claimed it: perhaps a step row of a dialect the table does not know
 
     # --- the recognisers (see RECOGNISERS): (lineno, normalised line, raw line) -> consumed? -----
