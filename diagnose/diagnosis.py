@@ -157,6 +157,10 @@ def build_diagnosis(findings: list[Finding], skipped: list[Skipped], features: F
                           summary="The GPUs are busy and their memory is full: PyTorch's caching allocator keeps freed "
                                   "memory reserved; nothing in the text says the job is in trouble.",
                           missing="no training step rows: only the GPU snapshot shows the job at work")
+    elif _at_work(run):
+        primary = Primary(category="healthy", rule=None, severity="info", confidence="weak",
+                          summary="Nothing wrong in the text, and it shows the job at work (" + _at_work(run) + ").",
+                          missing="no training step rows: speed and loss cannot be judged")
     else:
         what = ("no training steps and no known error signature" if run.total_lines or run.sources
                 else "nothing")
@@ -177,6 +181,22 @@ def build_diagnosis(findings: list[Finding], skipped: list[Skipped], features: F
     return Diagnosis(primary=primary, culprit=culprit, consequences=consequences, ranks=rank_table(run),
                      findings=ranked, skipped=skipped,
                      dropped=merge_remedies(ranked), features=feats, notes=list(features.notes) + list(run.notes))
+
+
+def _at_work(run: Run) -> str:
+    """Signs in a text without step rows that the job is doing its work: finished preprocessing, the fp16 loss
+    scale settling as it does at the start, evaluation rows, checkpoints saved ('' when there are none)."""
+    signs = []
+    done = [r for r in run.preprocess if r.get("total") and r["done"] >= r["total"]]
+    if done and not [r for r in run.preprocess if r.get("total") and r["done"] < r["total"]]:
+        signs.append(f"{len(done)} preprocessing pass(es) finished")
+    if run.loss_scales and min(r["scale"] for r in run.loss_scales) > 128:
+        signs.append("the fp16 loss scale coming down from its start, as it does in the first steps")
+    if run.evals:
+        signs.append(f"{len(run.evals)} evaluation row(s)")
+    if run.checkpoints:
+        signs.append(f"{len(run.checkpoints)} checkpoint(s) saved")
+    return "; ".join(signs)
 
 
 def _healthy(run: Run, feats: dict[str, Any]) -> Primary:

@@ -168,6 +168,15 @@ _COLLECTIVE_FAILURES = ("nccl_timeout", "nccl_stuck", "dist_init_timeout", "nccl
 def _pre_before_collective(ctx: Ctx):
     run = ctx.run
     fails = [e for e in run.events if e.kind in _COLLECTIVE_FAILURES and (e.file in (None, run.line_file))]
+    # a rank that failed while it waited for the others: an exception of the distributed backend, or a traceback
+    # (cut or not) through HF's main_process_first, whose barrier holds the other ranks while the main one maps
+    for e in run.events:
+        if e.kind in ("traceback", "traceback_cut") and e.file in (None, run.line_file):
+            frames = e.detail.get("frames") or []
+            if any("main_process_first" in f"{f.get('func')} {f.get('code', '')}" or "distributed_c10d" in str(f.get("file"))
+                   for f in frames) \
+                    or (e.kind == "traceback" and ctx.get("crash_category") == "nccl"):
+                fails.append(e)
     if not fails or not run.preprocess:
         return None
     first = min(e.line for e in fails)

@@ -175,6 +175,7 @@ def match_dialect(line: str) -> DialectRow | None:
 SYNONYMS: dict[str, tuple[str, str | None]] = {
     "loss": ("loss", None), "train_loss": ("loss", None), "lm_loss": ("loss", None), "total_loss": ("loss", None),
     "train/loss": ("loss", None), "training_loss": ("loss", None), "loss_avg": ("loss", None),
+    "average_loss": ("loss", None), "avg_loss": ("loss", None), "step_loss": ("loss", None),
     "lr": ("lr", None), "learning_rate": ("lr", None), "train/lr": ("lr", None),
     "grad_norm": ("grad_norm", None), "gnorm": ("grad_norm", None), "grad norm": ("grad_norm", None),
     "train/grad_norm": ("grad_norm", None),

@@ -286,6 +286,10 @@ class EventScanner:
                                                               "standalone": True})
             return
         if _FRAME.match(line):
+            code = line.strip()
+            if self._frames and code and lineno == self._last_frame_line + 1 and "code" not in self._frames[-1] \
+                    and not code.startswith(("^", "~")):
+                self._frames[-1]["code"] = code[:200]  # the frame's own source line ('with args.main_process_first(')
             return
         m = _EXC_LINE.match(line.strip())
         if not m:

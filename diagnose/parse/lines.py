@@ -65,6 +65,8 @@ _PREPROCESS_BAR = re.compile(r"^(?:Map|Filter|Running tokenizer|Tokeniz|Generati
 # 4.0'), apex ('Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 16384.0')
 _LOSS_SCALE = re.compile(r"(?:loss scale: [\d.e+]+, reducing to|Reducing dynamic loss scale from [\d.e+]+ to|"
                          r"reducing loss scale to)\s*([\d.]+(?:e[+-]?\d+)?)")
+# a dynamic loss scale printed as a value: below 1 it has underflowed (Megatron's bf16 prints 'loss scale: 1.0')
+_LOSS_SCALE_PRINTED = re.compile(r"\bloss_scale\s?:\s*([\d.]+(?:e[+-]?\d+)?)")
 _SHARD = re.compile(r"#(\d+)\s*:?\s*$")  # the per-process tag before a bar's percentage
 _EVAL_BAR = re.compile(r"^(?:Val|Eval|eval|Evaluat|Predict|Test)")
 _OTHER_BAR = re.compile(r"^(?:Loading|Downloading|Fetching|Saving|Uploading|Merging)", re.I)
@@ -138,7 +140,8 @@ RECOGNISERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("deepspeed_config", ("Using deepspeed: ",), "_deepspeed"),
     ("megatron_row", ("iteration",), "_megatron_line"),
     ("ds_timers", ("time (ms) |",), "_timers"),
-    ("loss_scale", ("reducing to", "Reducing dynamic loss scale", "reducing loss scale to"), "_loss_scale"),
+    ("loss_scale", ("reducing to", "Reducing dynamic loss scale", "reducing loss scale to", "loss_scale :",
+                    "loss_scale:"), "_loss_scale"),
     ("dialect_row", _dialect_needles(), "_dialect"),
     ("data_time", ("data_time",), "_data_time"),
     ("tqdm_bar", ("%|",), "_bars"),
@@ -410,12 +413,17 @@ class InfoScanner:
     def _loss_scale(self, lineno: int, s: str, raw: str) -> bool:
         """fp16 dynamic loss scaling giving up a step: the scale it falls to (DeepSpeed, apex)."""
         m = _LOSS_SCALE.search(s)
-        if not m:
-            return False
-        v = to_number(m.group(1))
-        if isinstance(v, (int, float)):
-            self.run.loss_scales.append({"line": lineno, "scale": float(v)})
-        return True
+        if m:
+            v = to_number(m.group(1))
+            if isinstance(v, (int, float)):
+                self.run.loss_scales.append({"line": lineno, "scale": float(v)})
+            return True
+        p = _LOSS_SCALE_PRINTED.search(s)
+        if p:  # a scale printed as a value (NVIDIA DLLogger 'PARAMETER loss_scale : X'): only an underflow is news
+            v = to_number(p.group(1))
+            if isinstance(v, float) and 0 < v < 1:
+                self.run.loss_scales.append({"line": lineno, "scale": v})
+        return False
 
     def _dialect(self, lineno: int, s: str, raw: str) -> bool:
         from diagnose.parse.dialects import match_dialect
