@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sample": ("sample", "sample GPU metrics with NVML into a samples file"),
     "verify": ("verify", "re-run baseline and patched trials through ms-swift and measure the gain"),
     "fleet": ("fleet", "analyse every run under some folders: one row per run (a sweep's state)"),
+    "probe": ("probe", "run a training command with swiftdoc's in-trainer probe (per-rank step time, data wait)"),
 }
 
 

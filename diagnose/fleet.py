@@ -14,7 +14,8 @@ Contract:
   `parse.relate`), become one entry, analysed as one job (its row's path: `dir/node0.log+node1.log`).
 - `row_of(path) -> dict`: analyse one run (a path, or a tuple of one job's captures) (`pipeline.analyze_paths`) and keep the row:
   path, swift_version, model, world_size, steps, max_steps, category, confidence, rule,
-  samples_per_s, tokens_per_s, mfu_pct, memory_peak_gib, culprit_rank, error.  A run
+  samples_per_s, tokens_per_s, mfu_pct, memory_peak_gib, culprit_rank, data_wait_share and straggler_rank (measured
+  by swiftdoc probe, when the run has its files), error.  A run
   that cannot be read (a half-written file, nothing in it yet) is a row with `error`
   set, never an exception.
 - `analyse_runs(paths, jobs, progress)` yields rows in input order, in a process pool
@@ -29,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 ROW_KEYS = ("path", "swift_version", "model", "world_size", "steps", "max_steps", "category", "confidence", "rule",
-            "samples_per_s", "tokens_per_s", "mfu_pct", "memory_peak_gib", "culprit_rank", "error")
+            "samples_per_s", "tokens_per_s", "mfu_pct", "memory_peak_gib", "culprit_rank", "data_wait_share",
+            "straggler_rank", "error")
 _CAPTURE = {".log", ".out", ".txt"}
 
 
@@ -193,7 +195,8 @@ def row_of(path: Path | str | tuple[Path, ...]) -> dict[str, Any]:
                category=diag.primary.category, confidence=diag.primary.confidence, rule=diag.primary.rule,
                samples_per_s=f.get("samples_per_s"), tokens_per_s=f.get("tokens_per_s"), mfu_pct=f.get("mfu_pct"),
                memory_peak_gib=f.get("memory_peak_gib"),
-               culprit_rank=diag.culprit.get("rank") if diag.culprit else None)
+               culprit_rank=diag.culprit.get("rank") if diag.culprit else None,
+               data_wait_share=f.get("probe_data_wait_share"), straggler_rank=f.get("probe_straggler_rank"))
     return row
 
 

@@ -171,6 +171,7 @@ class Run(BaseModel):
     # per rank: its flight recorder dump's last collectives (parse.flight_recorder.read_dump)
     flight_recorder: list[dict[str, Any]] = Field(default_factory=list, exclude=True)
     probe: Any = Field(default=None, exclude=True)  # swiftdoc probe files of the run (parse.probe.ProbeSet)
+    probe_summary: dict[str, Any] | None = Field(default=None, exclude=True)  # a saved record's probe section
     nodes: dict[str, int] = Field(default_factory=dict)  # capture file -> its node rank (torchrun --node_rank in `run sh:`)
     timers: list[dict[str, Any]] = Field(default_factory=list)  # DeepSpeed wall_clock_breakdown rows: {line, name: ms}
     iter_times: list[dict[str, Any]] = Field(default_factory=list)  # per-iteration {line, time_s, data_time_s} (mmengine, YOLOX...)

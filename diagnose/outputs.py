@@ -128,6 +128,64 @@ class StragglerOut(_Strict):
     evidence: str
 
 
+class ProbeRankOut(_Strict):
+    rank: int
+    node: Optional[str] = None
+    steps: int
+    steps_used: int = 0  # after warm-up, save and evaluation steps are dropped
+    last_step: Optional[int] = None
+    recent_step_time_s: Optional[float] = None  # median of its last 10 used steps (attach shows it live)
+    recent_data_wait_share: Optional[float] = None
+    data_wait_frac: Optional[float] = None  # median over its steps of data wait / step time
+    data_wait_share: Optional[float] = None  # sum of data wait / sum of step time
+    step_time_s_median: Optional[float] = None
+    step_time_s_p90: Optional[float] = None
+    compute_s_median: Optional[float] = None  # host + forward + backward + optimizer, collective waits included
+    tokens_per_s: Optional[float] = None
+    samples_per_s: Optional[float] = None
+    mem_peak_gib: Optional[float] = None
+    mem_kind: Optional[Literal["cuda", "host"]] = None  # CUDA allocator peak, else the host RSS peak
+    ended: bool = False  # the rank wrote its end line (a killed rank has none)
+    file: Optional[str] = None
+
+
+class ProbeStragglerOut(_Strict):
+    rank: int
+    node: Optional[str] = None
+    slowdown: float
+    cause: Literal["data_wait", "compute", "collective"]
+    evidence: str
+    lockstep: bool = True
+
+
+class ProbeStallsOut(_Strict):
+    pattern: Literal["bursty", "steady", "slowing", "none"]
+    rank: int
+    steps: int = 0
+    share: Optional[float] = None
+    every: Optional[int] = None
+    cause: Optional[str] = None
+    evidence: Optional[str] = None
+
+
+class ProbeOut(_Strict):
+    """What swiftdoc's in-trainer probe recorded (`swiftdoc probe`; features.probe_stats)."""
+
+    folder: str
+    format: Optional[int] = None
+    world_size: Optional[int] = None
+    ranks_read: int = 0
+    warmup_steps: int = 0
+    steps_used: int = 0
+    data_wait_frac: Optional[float] = None  # median over steps and ranks, warm-up dropped
+    data_wait_share: Optional[float] = None
+    step_time_s: dict[str, float] = Field(default_factory=dict)  # rank -> median step time
+    ranks: list[ProbeRankOut] = Field(default_factory=list)
+    straggler: Optional[ProbeStragglerOut] = None
+    stalls: Optional[ProbeStallsOut] = None
+    notes: list[str] = Field(default_factory=list)
+
+
 class AnalyzeOut(_Strict):
     schema_version: Literal[2] = 2
     primary: Primary
@@ -141,6 +199,7 @@ class AnalyzeOut(_Strict):
     notes: list[str] = Field(default_factory=list)
     run: RunOut
     features: Optional[dict[str, Any]] = None
+    probe: Optional[ProbeOut] = None  # the run's swiftdoc probe files, when it has them
 
 
 class LintProblemOut(BaseModel):
@@ -238,6 +297,7 @@ class AttachOut(_Strict):
     notes: list[str] = Field(default_factory=list)
     run: Optional[RunOut] = None
     features: Optional[dict[str, Any]] = None
+    probe: Optional[ProbeOut] = None
     target: dict[str, Any] = Field(default_factory=dict)
     gpus: dict[str, Any] = Field(default_factory=dict)
     host: Optional[dict[str, Any]] = None

@@ -2,7 +2,8 @@
 
 Contract: `analyze_run(run, samples=None, host=None, options=None, rules=None) ->
 Diagnosis` is pure (no I/O beyond loading rule files once); `analyze_paths(paths,
-...)` parses first.  `options` is `AnalyzeOptions` (gpu name, cpu cores, rule
+...)` parses first (and reads the run's swiftdoc probe files: `parse.probe.load_probe`).
+`options` is `AnalyzeOptions` (gpu name, cpu cores, rule
 parameter overrides, live flag for attach).
 """
 from __future__ import annotations
@@ -54,6 +55,8 @@ def analyze_run(run: Run, samples: dict[str, Any] | None = None, host: dict[str,
 
 def analyze_paths(paths: list[str], stdin: bytes | None = None, **kw: Any) -> tuple[Run, Diagnosis]:
     from diagnose.parse import parse_run
+    from diagnose.parse.probe import load_probe
 
     run = parse_run(paths, stdin=stdin)
+    load_probe(run, paths)  # swiftdoc probe files beside the run, when there are any
     return run, analyze_run(run, **kw)

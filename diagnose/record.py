@@ -165,7 +165,7 @@ def _rebuild(doc: dict[str, Any]) -> tuple[Run, Diagnosis, dict[int, str]]:
               checkpoints=r.get("checkpoints") or [], total_lines=r.get("total_lines") or 0,
               header_line=head.header_line, ended=head.ended,
               environment=r.get("environment") or {}, snapshot=r.get("snapshot"),
-              failures=head.failures, nodes=head.nodes)
+              failures=head.failures, nodes=head.nodes, probe_summary=a.get("probe"))
     findings = []
     for f in a["findings"]:
         for ref in f.get("refs") or []:  # free-form in the schema, read by every renderer: {file, line}

@@ -264,13 +264,13 @@ def test_help_and_verbose_conventions():
 
     import sys as _sys
 
-    cli.COMMANDS["probe"] = ("probe", "probe")
-    _sys.modules["diagnose.commands.probe"] = Probe  # type: ignore[assignment]
+    cli.COMMANDS["fakecmd"] = ("fakecmd", "probe")  # not `probe`: that is a real command
+    _sys.modules["diagnose.commands.fakecmd"] = Probe  # type: ignore[assignment]
     try:
-        assert cli.main(["probe", "-v", "--", "a", "-v"]) == 0
+        assert cli.main(["fakecmd", "-v", "--", "a", "-v"]) == 0
     finally:
-        del cli.COMMANDS["probe"]
-        del _sys.modules["diagnose.commands.probe"]
+        del cli.COMMANDS["fakecmd"]
+        del _sys.modules["diagnose.commands.fakecmd"]
     assert seen == {"verbose": True, "rest": ["a", "-v"]}  # a -v after `--` is an argument, not swiftdoc's
 
 

@@ -126,7 +126,8 @@ def test_invalid_value_fails_with_its_diagnosis(tiny):
     f = doc["failure"]
     assert f["arm"] == "patched" and f["status"] == "crashed" and f["returncode"] != 0
     assert "num_workers" in f["error_line"]
-    assert f["rule"] == "GEN001" and f["category"]  # diagnosed by the same rules as `swiftdoc analyze`
+    # diagnosed by the same rules as `swiftdoc analyze`: torch's ValueError on an option's value is a config error
+    assert f["rule"] == "CFG020" and f["category"] == "config"
     assert "out of range" in f["prevalidation"][0]
     assert [t["arm"] for t in doc["trials"]] == ["patched"]  # rejected up front: the patched arm ran first
 

@@ -345,6 +345,9 @@ class AttachSession:
         w0 = time.monotonic()
         try:
             self.run = parse_run(paths)
+            from diagnose.parse.probe import load_probe
+
+            load_probe(self.run, paths)  # the growing swiftdoc probe files, when the job runs under swiftdoc probe
         except InputError:
             if not any(Path(p).exists() for p in paths):
                 raise

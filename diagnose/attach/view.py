@@ -1,6 +1,7 @@
 """Render an attach `Snapshot` with rich: header, progress, GPUs, host, current diagnosis.
 
-Contract: `render_snapshot(snap) -> rich renderable` (no I/O; the command puts it
+Contract: `render_snapshot(snap) -> rich renderable` (no I/O; with swiftdoc probe files, a per-rank block of live
+step time and data wait; the command puts it
 in a `rich.live.Live` or prints it once); `alert_text(alert) -> Text` for the
 line printed above the live view the moment a rule fires; `sparkline(values)`.
 Missing numbers print as "N/A", never as 0.
@@ -212,12 +213,34 @@ def render_snapshot(snap: Snapshot) -> Group:
     for st in (snap.diagnosis.stragglers if snap.diagnosis is not None else []):
         who = f"GPU {st.gpu}" if st.gpu is not None else f"rank {st.rank}"
         parts.append(Text.assemble(("straggler ", "bold yellow"), f"{who} runs {st.slowdown:.2f}× slower: {st.evidence}"))
+    if snap.diagnosis is not None and getattr(snap.diagnosis, "probe", None) is not None:
+        parts.append(_probe(snap.diagnosis.probe, getattr(snap.run, "probe", None)))
     if snap.hang is not None:
         parts.append(_hang(snap.hang))
     gpu_line = str((snap.gpus or {}).get("nvml") or "")
     for n in [n for n in snap.notes if not (gpu_line and n in gpu_line)][:3]:  # the GPU line already says it
         parts.append(Text(f"note: {n}", style="dim"))
     return Group(*parts)
+
+
+def _probe(p: Any, probe: Any) -> Text:
+    """Live per-rank step time and data wait from the probe's growing files (the last 10 steps, a sparkline of 30)."""
+    t = Text()
+    t.append("probe", style="bold")
+    t.append(f"  data wait {_na(p.data_wait_share, '{:.0%}')} of the time, {p.ranks_read} rank(s)")
+    series = {r.rank: r.cols["wall_s"] for r in getattr(probe, "ranks", [])}
+    for r in p.ranks[:8]:
+        t.append(f"\n   rank {r.rank}" + (f" ({r.node})" if r.node else "") + f"  step {_na(r.last_step)}: "
+                 f"{_na(r.recent_step_time_s, '{:.3g}', ' s')}/step, data wait {_na(r.recent_data_wait_share, '{:.0%}')}  ",
+                 style="" if r.ended is False else "dim")
+        if r.rank in series:
+            t.append(sparkline([float(x) for x in series[r.rank][-30:]]), style="cyan")
+    if len(p.ranks) > 8:
+        t.append(f"\n   … {len(p.ranks) - 8} more rank(s)", style="dim")
+    if p.straggler is not None:
+        t.append(f"\n   straggler rank {p.straggler.rank} ({p.straggler.slowdown:.2f}×, {p.straggler.cause})",
+                 style="yellow")
+    return t
 
 
 def _hang(h: dict[str, Any]) -> Text:

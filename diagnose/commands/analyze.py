@@ -78,6 +78,7 @@ def _samples(args: argparse.Namespace, output_dir: str | None) -> dict | None:
 def run(args: argparse.Namespace) -> int:
     from diagnose.features.gpu import GPUS, gpu_from_flag
     from diagnose.parse.bounded import set_max_input
+    from diagnose.parse.probe import load_probe
     from diagnose.pipeline import AnalyzeOptions, analyze_run
 
     set_max_input(args.max_input)
@@ -110,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
         if grouping is not None and len(grouping.groups) > 1:
             return _apart(args, grouping, rules)
         r, stdin = read_inputs(args.inputs)
+        load_probe(r, args.inputs)  # swiftdoc probe files beside the run (docs/probe.md), when there are any
         diag = analyze_run(r, samples=_samples(args, r.output_dir),
                            options=AnalyzeOptions(gpu=args.gpu, cpu_cores=args.cpu_cores, params=args.param), rules=rules)
     _refuse_overwriting_inputs(args, [*args.inputs, *(r.sources or []), *([args.load] if args.load else [])])
@@ -163,6 +165,7 @@ def _refuse_overwriting_inputs(args: argparse.Namespace, inputs: list[str]) -> N
 def _apart(args: argparse.Namespace, grouping, rules) -> int:
     """Unrelated runs given together: one analysis per run, in the input order, each said apart."""
     from diagnose.parse import parse_run
+    from diagnose.parse.probe import load_probe
     from diagnose.pipeline import AnalyzeOptions, analyze_run
 
     n = len(grouping.groups)
@@ -173,6 +176,7 @@ def _apart(args: argparse.Namespace, grouping, rules) -> int:
     done = []
     for i, paths in enumerate(grouping.groups):
         r = parse_run(paths, stdin=stdin if "-" in paths else None)
+        load_probe(r, paths)
         one = argparse.Namespace(**{**vars(args), "inputs": paths})
         diag = analyze_run(r, samples=_samples(one, r.output_dir),
                            options=AnalyzeOptions(gpu=args.gpu, cpu_cores=args.cpu_cores, params=args.param), rules=rules)

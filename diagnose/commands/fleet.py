@@ -172,7 +172,9 @@ def _fmt(v: Any) -> str:
 
 _COLS = [("path", "run"), ("swift_version", "ms-swift"), ("model", "model"), ("world_size", "ranks"), ("steps", "steps"),
          ("category", "verdict"), ("confidence", "conf."), ("samples_per_s", "samples/s"), ("tokens_per_s", "tokens/s"),
-         ("mfu_pct", "MFU %"), ("memory_peak_gib", "mem GiB"), ("culprit_rank", "culprit")]
+         ("mfu_pct", "MFU %"), ("memory_peak_gib", "mem GiB"), ("culprit_rank", "culprit"),
+         ("data_wait_share", "data wait"), ("straggler_rank", "straggler")]
+_PROBE_KEYS = ("data_wait_share", "straggler_rank")
 _ALIASES = {"mfu": "mfu_pct", "mem": "memory_peak_gib", "memory": "memory_peak_gib", "version": "swift_version",
             "conf": "confidence", "culprit": "culprit_rank", "run": "path"}
 
@@ -199,10 +201,12 @@ def _print(rows: list[dict[str, Any]], fmt: str, skipped: list | None = None) ->
         w.writeheader()
         w.writerows({k: _csv_cell(v) for k, v in r.items()} for r in rows)
         return
-    cells = [[_steps(r) if k == "steps" else _fmt(r.get(k)) for k, _ in _COLS] for r in rows]
+    # the probe's columns only when some run has the probe's files: a table without them keeps its width
+    cols = [(k, h) for k, h in _COLS if k not in _PROBE_KEYS or any(r.get(k) is not None for r in rows)]
+    cells = [[_steps(r) if k == "steps" else _fmt(r.get(k)) for k, _ in cols] for r in rows]
     if fmt == "markdown":
-        print("| " + " | ".join(h for _, h in _COLS) + " |")
-        print("|" + "---|" * len(_COLS))
+        print("| " + " | ".join(h for _, h in cols) + " |")
+        print("|" + "---|" * len(cols))
         from diagnose.render.md import md_text
 
         for c in cells:
@@ -213,7 +217,7 @@ def _print(rows: list[dict[str, Any]], fmt: str, skipped: list | None = None) ->
     from rich.text import Text
 
     t = Table(show_edge=False)
-    for k, h in _COLS:
+    for k, h in cols:
         t.add_column(h, overflow="fold" if k == "path" else "ellipsis", no_wrap=k != "path")
     for c in cells:
         t.add_row(*(Text(x) for x in c))  # a path such as run[/b] or sweep[lr=1e-4] is text, not markup

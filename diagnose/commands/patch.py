@@ -34,6 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env", action="append", default=[], metavar="VAR=VALUE", help="an explicit env change")
     parser.add_argument("--remove", action="append", default=[], metavar="FLAG", help="remove a flag")
     parser.add_argument("--only-safe", action="store_true", help="apply only changes that do not alter training")
+    parser.add_argument("--probe", action="store_true", help="also add swiftdoc's in-trainer probe to the command "
+                        "(per-rank step time and data wait; docs/probe.md)")
     parser.add_argument("--no-keep-global", action="store_true",
                         help="when the batch goes down, do not raise gradient accumulation to keep the global batch")
     parser.add_argument("--cpu-cores", type=int, help="CPU cores of the training machine (worker suggestions and limits)")
@@ -72,6 +74,11 @@ def run(args: argparse.Namespace) -> int:
 
         sf = read_script(args.script)
         launch = read_launch(sf.text, base_dir=sf.path.parent, select_line=args.line)
+    if args.probe:  # the probe's flags, merged into the command's own plugin/callback lists
+        from diagnose.patch.probe_flags import probe_requests
+        from diagnose.patch.source import launch_from_run
+
+        explicit += probe_requests(launch.argv if launch is not None else launch_from_run(run_, table).argv, version)
     if run_ is not None:
         from diagnose.pipeline import AnalyzeOptions, analyze_run
 

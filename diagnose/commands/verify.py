@@ -78,6 +78,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     env.add_argument("--line", type=int, help="the swift command on this line of the script (scripts with several)")
     env.add_argument("--keep", metavar="DIR", help="keep every trial's log and output under DIR (default: temporary, removed)")
     env.add_argument("--no-sampler", action="store_true", help="do not sample GPU metrics with NVML")
+    env.add_argument("--probe", action="store_true", help="run every trial with swiftdoc's in-trainer probe: the "
+                     "report says where each arm's step time went (data wait, compute) and where a gain came from")
     env.add_argument("--gpu", help="GPU model, for the diagnosis of --log (as for analyze)")
     env.add_argument("--cpu-cores", type=int, help="CPU cores of the machine (worker suggestions of --log's diagnosis)")
     out = parser.add_argument_group("output")
@@ -246,9 +248,11 @@ def run(args: argparse.Namespace) -> int:
     run_ = diag = None
     if args.log:
         from diagnose.parse import parse_run
+        from diagnose.parse.probe import load_probe
         from diagnose.pipeline import AnalyzeOptions, analyze_run
 
         run_ = parse_run([args.log])
+        load_probe(run_, [args.log])  # its probe files, when the job ran with swiftdoc probe
         diag = analyze_run(run_, options=AnalyzeOptions(gpu=args.gpu, cpu_cores=args.cpu_cores))
     inputs = list(args.inputs)
     if len(inputs) == 1 and Path(inputs[0]).is_file():
@@ -259,6 +263,10 @@ def run(args: argparse.Namespace) -> int:
         job = J.job_from_run(run_, swift=swift, version=args.swift_version, cwd=cwd, log=args.log)
     else:
         raise UsageError("which job?", hint="swiftdoc verify train.sh --set ..., or --log train.log, or -- swift sft ...")
+    if args.probe:  # both arms get the same probe: it changes no training (docs/probe.md)
+        from diagnose.patch.probe_flags import add_probe
+
+        job.argv = add_probe(job.argv, job.version)
     if run_ is not None and not job.effective:
         from diagnose.patch.source import effective_from_run
 

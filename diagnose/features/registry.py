@@ -27,11 +27,11 @@ class Feature:
 
 REGISTRY: dict[str, Feature] = {}
 # evaluation order by family: later families read earlier ones (whatever order modules were imported in)
-FAMILY_ORDER = ("events", "host", "config", "dataset", "steps", "gpu", "memory")
+FAMILY_ORDER = ("events", "host", "config", "dataset", "steps", "gpu", "memory", "probe")
 
 
 def load_families() -> None:
-    from diagnose.features import config, dataset, events, gpu, hostside, memory, steps  # noqa: F401
+    from diagnose.features import config, dataset, events, gpu, hostside, memory, probe, steps  # noqa: F401
 
 
 def ordered() -> list[Feature]:

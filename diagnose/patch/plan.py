@@ -476,7 +476,9 @@ class _Planner:
             self.problem(f"{req.rule}: {msg}; remedy '{req.title}' skipped", severity="info", flag=f"--{concept}",
                          code="unsupported")
             return
-        effect = stricter(req.effect, classify(flag))
+        # the probe's plugin and callback lists observe the run and change no training (tests/test_probe_swift.py:
+        # the same loss curve with and without it); any other plugin may change anything
+        effect = req.effect if req.rule == "probe" else stricter(req.effect, classify(flag))
         if self.only_safe and effect != "safe":
             self.plan.unchanged.append(f"{req.rule}: --{flag} not changed (--only-safe; this change is {effect})")
             return
@@ -551,7 +553,7 @@ class _Planner:
                     title=req.title,
                     note=note, tokens=tokens, concept=concept,
                     old_flag=occ.flag if occ is not None and occ.flag != flag_tok else None)
-        if occ is None and cur_src is not None:
+        if occ is None and cur_src is not None and fmt_value(cur) not in ("", "[]", "None"):
             was = f"ms-swift used {fmt_value(cur)}" if cur_src == "logged" else f"ms-swift's default: {fmt_value(cur)}"
             ch.note = "; ".join(x for x in (ch.note, was) if x)
         self.record(ch, where)

@@ -80,6 +80,14 @@ def print_diagnosis(diag: Diagnosis, run: Run, console: Console | None = None, v
     for st in diag.stragglers:
         who = f"GPU {st['gpu']}" if st.get("gpu") is not None else f"rank {st['rank']}"
         c.print(Text.assemble(("straggler ", "bold"), (f"{who} runs {st['slowdown']:.2f}× slower: {st['evidence']}", "")))
+    from diagnose.features.probe_stats import summary_of
+
+    if (probe := summary_of(run)) is not None:  # swiftdoc probe files, or a saved record's (render.probe_text)
+        from diagnose.render.probe_text import probe_lines
+
+        for i, ln in enumerate(probe_lines(probe, verbose)):
+            c.print(Text(ln, style="" if i == 0 else "dim"))
+        c.print()
     shown = [f for f in diag.findings if verbose or f.severity != "info" or p.category == "healthy"]
     for f in shown:
         c.print(Text.assemble((f"{f.severity:<7} ", _STYLE.get(f.severity, "")), (f"{f.rule} ", "bold"),

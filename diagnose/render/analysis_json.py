@@ -52,4 +52,8 @@ def analyze_document(diag: Diagnosis, run: Run, features: bool = False):
     }
     if features:
         out["features"] = diag.features
+    from diagnose.features.probe_stats import summary_of
+
+    if (probe := summary_of(run)) is not None:  # swiftdoc probe files, or a saved record's (features.probe_stats)
+        out["probe"] = probe
     return AnalyzeOut.model_validate(jsonable(out))

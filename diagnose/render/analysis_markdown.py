@@ -93,6 +93,12 @@ def diagnosis_markdown(diag: Diagnosis, run: Run, quoted: dict[int, str] | None 
     for st in diag.stragglers:
         who = f"GPU {st['gpu']}" if st.get("gpu") is not None else f"rank {st['rank']}"
         out += [f"**Straggler:** {who} runs {st['slowdown']:.2f}× slower: {md_text(st['evidence'])}", ""]
+    from diagnose.features.probe_stats import summary_of
+
+    if (probe := summary_of(run)) is not None:  # swiftdoc probe files, or a saved record's (render.probe_text)
+        from diagnose.render.probe_text import probe_markdown
+
+        out += probe_markdown(probe)
     cmd = _command(run)
     if cmd:
         out += ["**Launch command** (from the `run sh:` line):", "", *md_fence([cmd], "bash"), ""]

@@ -107,6 +107,9 @@ def summarize_arm(variant: Variant, trials: list[TrialResult], job: Job) -> ArmS
             s.samples_per_s_cv = s.samples_per_s_sd / s.samples_per_s
     s.tokens_per_s = _mean([t.tokens_per_s for t in ok])
     s.step_time_s = _mean([t.step_time_s for t in ok])
+    from diagnose.verify.probe_split import arm_split
+
+    s.time_split = arm_split(ok)  # --probe
     s.cpu_s_per_step = _mean([t.cpu_s_per_step for t in ok])
     s.startup_s = _mean([t.startup_s for t in trials])
     mems = [t.peak_memory_gib for t in ok if t.peak_memory_gib is not None]
@@ -347,6 +350,10 @@ def run_verify(job: Job, variants: list[Variant], options: VerifyOptions, runner
     if base_sum.global_batch and patched_sum.global_batch and base_sum.global_batch != patched_sum.global_batch:
         notes.append(f"the global batch changes ({base_sum.global_batch} -> {patched_sum.global_batch} samples per "
                      "optimizer step): compared per sample (samples/s), not per step")
+    from diagnose.verify.probe_split import gain_source
+
+    if gain_source(base_sum.time_split, patched_sum.time_split):  # --probe: where the step time went
+        notes.append(gain_source(base_sum.time_split, patched_sum.time_split))
     if base_sum.startup_s and patched_sum.startup_s and abs(patched_sum.startup_s - base_sum.startup_s) > max(
             5.0, 0.2 * base_sum.startup_s):
         notes.append(f"start-up differs: {base_sum.startup_s:.0f} s -> {patched_sum.startup_s:.0f} s per trial "

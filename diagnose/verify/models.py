@@ -93,6 +93,8 @@ class TrialResult(BaseModel):
     losses: list[float | None] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
     failure: Failure | None = None
+    # with --probe: mean seconds per step of data wait, compute and the rest (verify.probe_split, docs/probe.md)
+    time_split: dict[str, float | None] | None = None
     slot: str = "all"  # the device set it ran on: "gpu:0,1", "cpu:1"; "all" without --slots
     wave: int | None = None  # the trials that ran at the same time share a wave (a block of the comparison)
     executor: str = "local"  # "local" (a subprocess here) or "ray" (a Ray task)
@@ -115,6 +117,7 @@ class ArmSummary(BaseModel):
     startup_s: float | None = None  # mean start-up overhead
     peak_memory_gib: float | None = None
     gpu_util_mean_pct: float | None = None
+    time_split: dict[str, float | None] | None = None  # with --probe: mean of its ok trials' (verify.probe_split)
     argv: list[str] = Field(default_factory=list)
     env: dict[str, str | None] = Field(default_factory=dict)  # changed env only (None = unset)
 

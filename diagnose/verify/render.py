@@ -79,12 +79,24 @@ def _arm_rows(r: VerifyReport) -> list[tuple[str, str, str]]:
         ("samples/s", sps(b), sps(p)),
         ("tokens/s", _f(b.tokens_per_s, ".4g"), _f(p.tokens_per_s, ".4g")),
         ("s/step (median)", _f(b.step_time_s, ".4g"), _f(p.step_time_s, ".4g")),
+        *_split_rows(b, p),
         ("CPU s/step (trial processes)", _f(b.cpu_s_per_step, ".4g"), _f(p.cpu_s_per_step, ".4g")),
         ("global batch", _f(b.global_batch, "d"), _f(p.global_batch, "d")),
         ("start-up s (excluded)", _f(b.startup_s, ".1f"), _f(p.startup_s, ".1f")),
         ("peak memory GiB", _f(b.peak_memory_gib, ".2f"), _f(p.peak_memory_gib, ".2f")),
         ("GPU util %", _f(b.gpu_util_mean_pct, ".0f"), _f(p.gpu_util_mean_pct, ".0f")),
     ]
+
+
+def _split_rows(b: Any, p: Any) -> list[tuple[str, str, str]]:
+    """--probe: where each arm's mean step went (verify.probe_split)."""
+    if not b.time_split and not p.time_split:
+        return []
+    rows = []
+    for key, label in (("step_s", "probe: s/step (mean)"), ("data_s", "  data wait s/step"),
+                       ("compute_s", "  compute s/step"), ("other_s", "  other s/step")):
+        rows.append((label, _f((b.time_split or {}).get(key), ".3g"), _f((p.time_split or {}).get(key), ".3g")))
+    return rows
 
 
 def _parity_text(r: VerifyReport) -> str | None:

@@ -481,6 +481,9 @@ class SwiftTrialRunner:
                       train_s=None if train is None else round(train, 3), samples=samples,
                       contention=contention, ncpu=monitor.ncpu, cpu_per_step=cpu_steps)
         self.last_contention = contention
+        from diagnose.verify.probe_split import trial_split
+
+        res.time_split = trial_split(spec.output_dir)  # the trial ran with --probe: where its step time went
         if sampler is not None and sampler.error:
             res.notes.append(sampler.error)
         if self.last_leftovers:
