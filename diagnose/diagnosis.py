@@ -157,9 +157,10 @@ def build_diagnosis(findings: list[Finding], skipped: list[Skipped], features: F
                           summary="The GPUs are busy and their memory is full: PyTorch's caching allocator keeps freed "
                                   "memory reserved; nothing in the text says the job is in trouble.",
                           missing="no training step rows: only the GPU snapshot shows the job at work")
-    elif _at_work(run):
+    elif _at_work(run, feats):
         primary = Primary(category="healthy", rule=None, severity="info", confidence="weak",
-                          summary="Nothing wrong in the text, and it shows the job at work (" + _at_work(run) + ").",
+                          summary="Nothing wrong in the text, and it shows the job at work (" + _at_work(run, feats)
+                                  + ").",
                           missing="no training step rows: speed and loss cannot be judged")
     else:
         what = ("no training steps and no known error signature" if run.total_lines or run.sources
@@ -183,10 +184,13 @@ def build_diagnosis(findings: list[Finding], skipped: list[Skipped], features: F
                      dropped=merge_remedies(ranked), features=feats, notes=list(features.notes) + list(run.notes))
 
 
-def _at_work(run: Run) -> str:
-    """Signs in a text without step rows that the job is doing its work: finished preprocessing, the fp16 loss
-    scale settling as it does at the start, evaluation rows, checkpoints saved ('' when there are none)."""
+def _at_work(run: Run, feats: dict[str, Any]) -> str:
+    """Signs in a text without step rows that the job is doing its work: finished preprocessing, Megatron's index
+    maps built in a time DL008 does not call slow, the fp16 loss scale settling as it does at the start, evaluation
+    rows, checkpoints saved ('' when there are none)."""
     signs = []
+    if feats.get("index_build_s") is not None:
+        signs.append(f"the dataset index maps built, the longest in {feats['index_build_s']:.3g} s")
     done = [r for r in run.preprocess if r.get("total") and r["done"] >= r["total"]]
     if done and not [r for r in run.preprocess if r.get("total") and r["done"] < r["total"]]:
         signs.append(f"{len(done)} preprocessing pass(es) finished")

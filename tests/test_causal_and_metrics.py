@@ -76,3 +76,21 @@ def test_a_snapshot_of_busy_full_gpus_alone_is_normal_caching():
     diag = analyze_run(parse_text(smi))
     assert diag.primary.category == "healthy" and diag.primary.confidence == "probable"
     assert "caching" in diag.primary.summary
+
+
+def test_text_without_steps_that_shows_the_job_at_work_is_healthy_weak():
+    # Megatron prints its index-map build times at start-up ('elasped' is its own spelling for doc-idx)
+    fast = "\n".join([
+        " > WARNING: could not find index map files, building the indices on rank 0 ...",
+        " > elasped time to build and save doc-idx mapping (seconds): 0.008020",
+        " > elapsed time to build and save sample-idx mapping (seconds): 1.838097",
+        " > elapsed time to build and save shuffle-idx mapping (seconds): 4.836150",
+    ])
+    d = analyze_run(parse_text(fast + "\n"))
+    assert (d.primary.category, d.primary.confidence) == ("healthy", "weak") and "4.84 s" in d.primary.summary
+    slow = fast.replace("4.836150", "270.6")  # minutes of every GPU waiting: DL008
+    assert analyze_run(parse_text(slow + "\n")).primary.rule == "DL008"
+    done = "Map (num_proc=4): 100%|██████████| 5000/5000 [00:03<00:00, 1500.00 examples/s]"
+    d = analyze_run(parse_text(done + "\n"))
+    assert d.primary.category == "healthy" and "preprocessing pass(es) finished" in d.primary.summary
+    assert analyze_run(parse_text("hello\nworld\n")).primary.category == "unknown"

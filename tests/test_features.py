@@ -77,3 +77,19 @@ def test_missing_inputs_are_none():
     f = compute_features(parse_text("hello world\n")).values
     for k in ("samples_per_s", "memory_peak_gib", "step_time_median_s", "token_len_mean", "gpu_util_mean_pct", "mfu_pct"):
         assert f[k] is None, k
+
+
+@pytest.mark.parametrize("frames,where", [
+    # ms-swift's pipeline constructor parses the arguments first (3.x swift/llm/base.py, 4.x swift/pipelines/base.py)
+    (['  File "/py/site-packages/swift/llm/train/sft.py", line 28, in __init__', "    super().__init__(args)",
+      '  File "/py/site-packages/swift/llm/base.py", line 18, in __init_'], "swift_args"),
+    (['  File "/py/site-packages/swift/pipelines/base.py", line 19, in __init__', "    self.args = self._parse_args(args)"],
+     "swift_args"),
+    (['  File "/py/site-packages/torch/utils/data/dataloader.py", line 630, in __next__', "    data = self._next_data()"],
+     "dataloader"),
+    (['  File "/py/site-packages/swift/pipelines/train/sft.py", line 135, in _prepare_dataset',
+      "    self._show_dataset(*datasets)"], "other"),
+])
+def test_a_cut_traceback_says_where_it_stopped(frames, where):
+    text = "\n".join(["Traceback (most recent call last):", *frames]) + "\n"
+    assert compute_features(parse_text(text)).values["traceback_cut_where"] == where

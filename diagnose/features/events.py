@@ -346,7 +346,10 @@ def _recog(ctx: Ctx):
 
 _WHERE = (
     # (name, substrings of a frame's file or function): where a traceback whose exception line is missing was
-    ("swift_args", ("parse_args", "x_main", "_parse_args", "/argument", "arguments/", "hf_argparser")),
+    ("swift_args", ("parse_args", "x_main", "_parse_args", "/argument", "arguments/", "hf_argparser",
+                    # SwiftPipeline.__init__ parses the arguments before anything else (4.x pipelines/base.py, 3.x
+                    # llm/base.py); a cut paste may end mid-name
+                    "swift/pipelines/base.py __init", "swift/llm/base.py __init")),
     ("elastic_launcher", ("torch/distributed/run.py", "distributed/elastic/agent", "launcher/api.py", "rendezvous")),
     ("checkpoint_save", ("save_checkpoint", "_save_checkpoint", "checkpoint_and_decide_exit", "save_model")),
     ("dataloader", ("torch/utils/data/", "_next_data", "dataloader")),
