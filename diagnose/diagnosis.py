@@ -184,16 +184,25 @@ def build_diagnosis(findings: list[Finding], skipped: list[Skipped], features: F
                      dropped=merge_remedies(ranked), features=feats, notes=list(features.notes) + list(run.notes))
 
 
+_NOTICES = (("forked", "tokenizers turning its threads off in forked workers"),
+            ("gradient checkpointing", "use_cache turned off under gradient checkpointing"),
+            ("use_reentrant", "torch checkpoint's use_reentrant notice"))
+
+
 def _at_work(run: Run, feats: dict[str, Any]) -> str:
     """Signs in a text without step rows that the job is doing its work: finished preprocessing, Megatron's index
-    maps built in a time DL008 does not call slow, the fp16 loss scale settling as it does at the start, evaluation
-    rows, checkpoints saved ('' when there are none)."""
+    maps built in a time DL008 does not call slow, only warnings that normal runs print, the fp16 loss scale
+    settling as it does at the start, evaluation rows, checkpoints saved ('' when there are none)."""
     signs = []
     if feats.get("index_build_s") is not None:
         signs.append(f"the dataset index maps built, the longest in {feats['index_build_s']:.3g} s")
     done = [r for r in run.preprocess if r.get("total") and r["done"] >= r["total"]]
     if done and not [r for r in run.preprocess if r.get("total") and r["done"] < r["total"]]:
         signs.append(f"{len(done)} preprocessing pass(es) finished")
+    harmless = [e for e in run.events if e.kind == "harmless_warning"]
+    if harmless and len(harmless) == len(run.events):
+        said = {name for e in harmless for needle, name in _NOTICES if needle in e.text}
+        signs.append("only notices that normal runs print: " + ", ".join(sorted(said)))
     if run.loss_scales and min(r["scale"] for r in run.loss_scales) > 128:
         signs.append("the fp16 loss scale coming down from its start, as it does in the first steps")
     if run.evals:

@@ -174,10 +174,13 @@ class Run(BaseModel):
     probe_summary: dict[str, Any] | None = Field(default=None, exclude=True)  # a saved record's probe section
     nodes: dict[str, int] = Field(default_factory=dict)  # capture file -> its node rank (torchrun --node_rank in `run sh:`)
     timers: list[dict[str, Any]] = Field(default_factory=list)  # DeepSpeed wall_clock_breakdown rows: {line, name: ms}
+    # Lightning profiler report rows: {line, action, mean_s, total_s, calls, pct} (parse.lines._profiler_row)
+    profiler_actions: list[dict[str, Any]] = Field(default_factory=list)
     iter_times: list[dict[str, Any]] = Field(default_factory=list)  # per-iteration {line, time_s, data_time_s} (mmengine, YOLOX...)
     checkpoints: list[dict[str, Any]] = Field(default_factory=list)  # saves seen: {path, step, line}
     loss_scales: list[dict[str, Any]] = Field(default_factory=list)  # fp16 loss-scale drops seen: {line, scale}
     nonfinite: dict[str, list[int]] = Field(default_factory=dict)  # metric -> [rows printed nan/inf, first line]
+    metric_ranges: dict[str, list[float]] = Field(default_factory=dict, exclude=True)  # step-row metric -> [min, max, n]
     step_dialect: str | None = None  # the steps came from another trainer's lines (parse.dialects), or a tqdm bar
     total_lines: int = 0
     header_line: int | None = None  # first line that shows the start of the run (launch echo, start marker, args dump)

@@ -94,3 +94,56 @@ def test_text_without_steps_that_shows_the_job_at_work_is_healthy_weak():
     d = analyze_run(parse_text(done + "\n"))
     assert d.primary.category == "healthy" and "preprocessing pass(es) finished" in d.primary.summary
     assert analyze_run(parse_text("hello\nworld\n")).primary.category == "unknown"
+
+
+def _swift_rows(n: int, **metrics) -> str:
+    rows = []
+    for i in range(1, n + 1):
+        d = {**metrics, "learning_rate": 1e-05, "epoch": round(i / 100, 2), "global_step/max_steps": f"{i * 5}/500",
+             "memory(GiB)": 30.1, "train_speed(iter/s)": 0.5}
+        rows.append(repr(d))
+    return "\n".join(rows) + "\n"
+
+
+def test_a_loss_no_token_mean_can_reach_is_named():
+    d = analyze_run(parse_text(_swift_rows(4, loss=812.5, grad_norm=8102.3)))
+    assert d.primary.rule == "GEN006" and "812.5" in next(f.evidence for f in d.findings if f.rule == "GEN006")
+    assert analyze_run(parse_text(_swift_rows(4, loss=1.85, grad_norm=0.9))).primary.category == "healthy"
+
+
+def test_a_loss_of_exactly_zero_on_every_step_is_named_except_in_rl():
+    d = analyze_run(parse_text(_swift_rows(3, loss=0.0, grad_norm=1.7320508075688772)))
+    assert d.primary.rule == "GEN007"
+    # GRPO: the loss sits at 0 while the policy learns (rewards vary within the groups)
+    rl = analyze_run(parse_text(_swift_rows(3, loss=0.0, grad_norm=0.31, reward=0.4, reward_std=0.2,
+                                            frac_reward_zero_std=0.25)))
+    assert rl.primary.category == "healthy" and not any(f.rule in ("GEN007", "CFG019") for f in rl.findings)
+
+
+def test_grpo_groups_that_never_differ_in_reward_are_config():
+    d = analyze_run(parse_text(_swift_rows(3, loss=0.0, grad_norm=0.0, reward=-3.0, reward_std=0.0,
+                                           frac_reward_zero_std=1.0, kl=0.0)))
+    assert d.primary.rule == "CFG019" and d.primary.category == "config"
+    # the metric is read under a logger's prefix too (train/..., as verl and wandb-style dumps print it)
+    d = analyze_run(parse_text(_swift_rows(3, loss=0.0, **{"train/frac_reward_zero_std": 1.0, "train/reward": 1.0})))
+    assert d.primary.rule == "CFG019"
+
+
+def test_lightning_profiler_report_measures_the_data_wait():
+    report = "\n".join([
+        "FIT Profiler Report",
+        "-" * 60,
+        "|  Action                                     \t|  Mean duration (s)\t|  Num calls      \t|  Total time (s) "
+        "\t|  Percentage %   \t|",
+        "|  Total                                      \t|  -              \t|  1397           \t|  99.734         "
+        "\t|  100 %          \t|",
+        "|  run_training_epoch                         \t|  91.657         \t|  1              \t|  91.657         "
+        "\t|  91.901         \t|",
+        "|  [_TrainingEpochLoop].train_dataloader_next \t|  4.0            \t|  16             \t|  64.0           "
+        "\t|  64.17          \t|",
+    ])
+    d = analyze_run(parse_text(report + "\n"))
+    assert d.primary.rule == "DL025" and d.primary.confidence == "certain"
+    assert abs(d.features["profiler_data_wait_frac"] - 64.0 / 91.657) < 1e-6
+    quick = report.replace("64.0           ", "3.0            ")
+    assert analyze_run(parse_text(quick + "\n")).primary.rule != "DL025"

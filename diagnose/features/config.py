@@ -136,6 +136,19 @@ def _gbs(ctx: Ctx):
     return global_batch_of_run(ctx.run)
 
 
+@feature("trainer", "enum", "Which trainer printed the steps: ms-swift, ms-swift-megatron, megatron-lm, hf-trainer, "
+         "deepspeed, another named trainer, or unknown.", FAMILY)
+def _trainer(ctx: Ctx):
+    return ctx.run.trainer
+
+
+@feature("task_type", "enum", "ms-swift's --task_type (causal_lm, seq_cls, embedding, reranker...), when the args "
+         "show it.", FAMILY)
+def _task(ctx: Ctx):
+    v = effective(ctx, "task_type")
+    return str(v) if v else None
+
+
 @feature("launcher", "enum", "plain (one process) or torchrun (NPROC_PER_NODE/NNODES set).", FAMILY)
 def _launcher(ctx: Ctx):
     return ctx.run.launch.launcher

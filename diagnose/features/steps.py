@@ -210,6 +210,44 @@ def _ll(ctx: Ctx):
     return float(f[-1]) if len(f) else None
 
 
+@feature("loss_min", "loss", "Lowest finite logged loss.", FAMILY)
+def _lmin(ctx: Ctx):
+    f, ln = _finite(ctx, "loss")
+    if not len(f):
+        return None
+    i = int(np.argmin(f))
+    return float(f[i]), [int(ln[i])]
+
+
+@feature("loss_zero_share", "fraction", "Share of the logged finite losses that are exactly 0 (printed 0.0): no "
+         "signal reaches the weights from those steps' loss.", FAMILY)
+def _lzero(ctx: Ctx):
+    f, ln = _finite(ctx, "loss")
+    if not len(f):
+        return None
+    z = f == 0
+    return float(z.mean()), [int(x) for x in ln[z][:3]]
+
+
+@feature("rl_metrics_logged", "bool", "The step rows carry reinforcement-learning metrics (rewards, kl, "
+         "completions/...): a GRPO/PPO/DPO-style trainer, whose loss can legitimately sit at 0.", FAMILY)
+def _rl(ctx: Ctx):
+    keys = ctx.run.metric_ranges
+    if not keys:
+        return None
+    return any(k.split("/")[-1].startswith(("reward", "kl")) or "reward" in k or k.startswith("completions/")
+               for k in keys)
+
+
+@feature("reward_zero_std_frac_min", "fraction",
+         "Lowest frac_reward_zero_std a GRPO trainer logged (TRL GRPOTrainer, ms-swift swift/rl_core/advantage.py): "
+         "the share of prompts whose generations all got the same reward, so their advantages are 0.  1.0 on every "
+         "logged step: no step had a learning signal.", FAMILY)
+def _zstd(ctx: Ctx):
+    hits = [v for k, v in ctx.run.metric_ranges.items() if k.split("/")[-1] == "frac_reward_zero_std"]
+    return min(v[0] for v in hits) if hits else None
+
+
 @feature("loss_trend_frac", "fraction", "Relative change of median loss, last quarter vs first quarter (+ = rising).", FAMILY)
 def _ltrend(ctx: Ctx):
     f, _ = _finite(ctx, "loss")
@@ -297,6 +335,24 @@ def _dtf(ctx: Ctx):
         return None
     fr = [min(1.0, r["data_time_s"] / r["time_s"]) for r in rows]
     return float(np.median(fr)), [rows[0]["line"], rows[-1]["line"]]
+
+
+@feature("profiler_data_wait_frac", "fraction",
+         "Share of the training epoch Lightning's profiler measured in fetching the next batch: "
+         "train_dataloader_next (get_train_batch before 1.6) total ÷ run_training_epoch total, else its percentage "
+         "of the profiled time.", FAMILY)
+def _pdw(ctx: Ctx):
+    rows = ctx.run.profiler_actions
+    data = [r for r in rows if r["action"].endswith(("train_dataloader_next", "get_train_batch"))]
+    if not data:
+        return None
+    d = data[-1]
+    epoch = [r for r in rows if r["action"] == "run_training_epoch" and r["total_s"] > 0]
+    if epoch:
+        return min(1.0, d["total_s"] / epoch[-1]["total_s"]), [d["line"], epoch[-1]["line"]]
+    if d.get("pct") is not None:
+        return min(1.0, d["pct"] / 100), [d["line"]]
+    return None
 
 
 def _ms(row: dict, *names: str) -> float | None:

@@ -142,6 +142,7 @@ RECOGNISERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("ds_timers", ("time (ms) |",), "_timers"),
     ("loss_scale", ("reducing to", "Reducing dynamic loss scale", "reducing loss scale to", "loss_scale :",
                     "loss_scale:"), "_loss_scale"),
+    ("profiler_row", ("train_dataloader_next", "run_training_epoch", "get_train_batch"), "_profiler_row"),
     ("dialect_row", _dialect_needles(), "_dialect"),
     ("data_time", ("data_time",), "_data_time"),
     ("tqdm_bar", ("%|",), "_bars"),
@@ -445,6 +446,26 @@ class InfoScanner:
         if not m:
             return False
         self.run.iter_times.append({"line": lineno, "time_s": float(m.group(1)), "data_time_s": float(m.group(2))})
+        return True
+
+    def _profiler_row(self, lineno: int, s: str, raw: str) -> bool:
+        """A row of Lightning's profiler report (pytorch_lightning/profilers/simple.py `summary`: '|  action\t|
+        mean\t|  calls\t|  total\t|  percent\t|' with extended=True, '|  action\t|  mean\t|  total\t|' without);
+        the actions are the loops' own (`[_TrainingEpochLoop].train_dataloader_next` in training_epoch_loop.py,
+        `run_training_epoch` in fit_loop.py; `get_train_batch` before Lightning 1.6)."""
+        cells = [c.strip() for c in s.replace("\t", "|").split("|")]
+        cells = [c for c in cells if c]
+        if len(cells) not in (3, 5):
+            return False
+        nums = [to_number(c) for c in cells[1:]]
+        if any(not isinstance(n, (int, float)) for n in nums):
+            return False
+        row = {"line": lineno, "action": cells[0], "mean_s": float(nums[0])}
+        if len(nums) == 4:
+            row.update(calls=int(nums[1]), total_s=float(nums[2]), pct=float(nums[3]))
+        else:
+            row["total_s"] = float(nums[1])
+        self.run.profiler_actions.append(row)
         return True
 
     def _dict_line(self, lineno: int, s: str, raw: str = "") -> bool:

@@ -310,6 +310,7 @@ def parse_run(inputs: list[str], stdin: bytes | None = None) -> Run:
         table = best.rows.build(start_step)
         layouts = best.rows.layouts
         run.nonfinite.update(best.rows.nonfinite)
+        run.metric_ranges.update(best.rows.ranges)
         run.line_file = best.name
         clues["quoted"] = bool(best.quoted)
         _finish_info(run, best.info, clues)
@@ -317,6 +318,8 @@ def parse_run(inputs: list[str], stdin: bytes | None = None) -> Run:
         jr = max(jsonl_rows, key=len)
         for k, v in jr.nonfinite.items():
             run.nonfinite.setdefault(k, v)
+        for k, v in jr.ranges.items():
+            run.metric_ranges.setdefault(k, v)
         jt = jr.build(start_step)
         if len(table):
             table = _merge_precise(table, jt)

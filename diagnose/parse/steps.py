@@ -44,6 +44,7 @@ class StepRows:
         self._printed_elapsed: list[tuple[float, float]] = []  # (line, elapsed_time seconds as printed)
         self.layouts: list[list[str]] = []
         self.nonfinite: dict[str, list[int]] = {}  # metric key -> [rows printed nan/inf, first line]
+        self.ranges: dict[str, list[float]] = {}  # metric key -> [min, max, finite rows], every key a row printed
 
     def _note_nonfinite(self, key: str, count: int, first_line: int) -> None:
         if count <= 0 or key.endswith(("#0", "#1")):
@@ -54,6 +55,13 @@ class StepRows:
         else:
             cur[0] += int(count)
             cur[1] = min(cur[1], int(first_line))
+
+    def _note_range(self, key: str, lo: float, hi: float, count: int) -> None:
+        cur = self.ranges.get(key)
+        if cur is None:
+            self.ranges[key] = [lo, hi, count]
+        else:
+            cur[0], cur[1], cur[2] = min(cur[0], lo), max(cur[1], hi), cur[2] + count
 
     def __len__(self) -> int:
         return self._n + len(self._dicts)
@@ -95,6 +103,11 @@ class StepRows:
             bad = ~np.isfinite(v)
             if bad.any():  # nan in any metric (rewards, kl, logps...), not only loss and grad_norm
                 self._note_nonfinite(k, int(bad.sum()), int(lines[np.argmax(bad)]))
+                good = v[~bad]
+                if len(good):
+                    self._note_range(k, float(good.min()), float(good.max()), len(good))
+            elif n:
+                self._note_range(k, float(v.min()), float(v.max()), n)
             if k in STEP_KEYS:
                 out[STEP_KEYS[k]] = v
             elif k.endswith("#0"):
@@ -120,6 +133,8 @@ class StepRows:
                 n_ = to_number(v)
                 if isinstance(n_, float) and not math.isfinite(n_):
                     self._note_nonfinite(k, 1, line)
+                elif isinstance(n_, (int, float)):
+                    self._note_range(k, float(n_), float(n_), 1)
             if k in STEP_KEYS:
                 n = to_number(v)
                 if n is not None:
