@@ -112,11 +112,18 @@ def test_gradient_checkpointing_off_keeps_the_math_and_is_never_a_false_loss(tin
 
 def test_no_op_change_is_not_confirmed(tiny):
     d, _ = tiny
-    rc, doc, _ = verify(d, "--env", "SWIFTDOC_VERIFY_NOOP=1", "--max-repeats", "2")
+    # every trial runs under swiftdoc's probe (--probe): both arms get it, so it changes neither arm's speed
+    rc, doc, _ = verify(d, "--env", "SWIFTDOC_VERIFY_NOOP=1", "--max-repeats", "2", "--probe")
     assert doc["verdict"] == "not_confirmed", (doc["reason"], [(t["arm"], t["samples_per_s"]) for t in doc["trials"]])
     assert rc == 1
     assert doc["ci"] is not None and doc["ci"][0] <= 0.03
-    assert len([t for t in doc["trials"] if not t["replaced"]]) == 4
+    used = [t for t in doc["trials"] if not t["replaced"]]
+    assert len(used) == 4
+    # where each trial's step time went, from its own probe files, and per arm
+    for t in used:
+        split = t["time_split"]
+        assert split and split["step_s"] > 0 and 0 <= split["data_s"] <= split["step_s"], (t["index"], split)
+    assert doc["baseline"]["time_split"]["step_s"] > 0 and doc["patched"]["time_split"]["step_s"] > 0
 
 
 def test_invalid_value_fails_with_its_diagnosis(tiny):
