@@ -103,6 +103,19 @@ def test_generic_rows_need_repeating_keys_with_changing_numbers():
     assert h.rows() == []
 
 
+def test_generic_rows_read_name_value_segments_split_by_pipes():
+    g = GenericRows()
+    for i in range(4):
+        g.feed(i + 1, f"Epoch 0/1 | Batch {i * 100}/15582 | Train Loss {2.5 - i * 0.1:.4f} | Learning Rate {i * 2e-8}")
+    rows = g.rows()
+    assert len(rows) == 4 and rows[1][1].values["step"] == 100 and rows[1][1].values["loss"] == pytest.approx(2.4)
+    assert rows[3][1].values["lr"] == pytest.approx(6e-8)
+    h = GenericRows()
+    for i in range(4):  # a markdown table row is not a step row
+        assert not h.feed(i + 1, f"| model | {i} | ok |")
+    assert h.rows() == []
+
+
 def test_a_run_shown_only_by_a_progress_bar_is_read_as_steps():
     text = "\n".join(f"Train:  40%|████      | {400 + i}/1000 [1:02:{10 + i:02d}<1:33:15,  9.3{i}s/it]" for i in range(4))
     run = parse_text(text + "\n")

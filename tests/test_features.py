@@ -87,6 +87,12 @@ def test_missing_inputs_are_none():
      "swift_args"),
     (['  File "/py/site-packages/torch/utils/data/dataloader.py", line 630, in __next__', "    data = self._next_data()"],
      "dataloader"),
+    # a process waiting on its DataLoader's workers is deepest in multiprocessing's queue and pipe frames
+    (['  File "/py/site-packages/torch/utils/data/dataloader.py", line 480, in _try_get_batch',
+      "    data = self.data_queue.get(timeout=timeout)",
+      '  File "/py/lib/python3.6/multiprocessing/queues.py", line 104, in get', "    if not self._poll(timeout):",
+      '  File "/py/lib/python3.6/multiprocessing/connection.py", line 257, in poll', "    return self._poll(timeout)",
+      '  File "/py/lib/python3.6/multiprocessing/connection.py", line 414, in _poll'], "dataloader"),
     (['  File "/py/site-packages/swift/pipelines/train/sft.py", line 135, in _prepare_dataset',
       "    self._show_dataset(*datasets)"], "other"),
 ])

@@ -263,3 +263,24 @@ def test_step_rows_grow_past_a_wrong_estimate_and_keep_presence():
     assert loss_present[1:2001].all() and t["loss"][1] == 0.001
     assert (t["max_steps"][1:] == 9000).all()
     np.testing.assert_allclose(t["interval_s"][2:2001], 0.5)  # 2 iter/s, cumulative -> 0.5 s per step
+
+
+def test_swap_in_use_is_read_from_free_top_and_a_printed_value():
+    from diagnose.parse.snapshots import Snapshots
+
+    def read(*lines: str):
+        s = Snapshots()
+        consumed = [s.feed(i + 1, ln) for i, ln in enumerate(lines)]
+        return (s.result() or {}).get("swap"), consumed
+
+    swap, used = read("               total        used        free      shared  buff/cache   available",
+                      "Mem:           251Gi        34Gi       2.1Gi       1.0Gi       215Gi       214Gi",
+                      "Swap:           31Gi        23Gi       8.0Gi")
+    assert abs(swap["used_gib"] - 23) < 1e-9 and abs(swap["total_gib"] - 31) < 1e-9 and used[2] and swap["line"] == 3
+    swap, used = read("MiB Swap:  32768.0 total,   8192.0 free,  24576.0 used.  10240.0 avail Mem")
+    assert abs(swap["used_gib"] - 24) < 1e-9 and used == [True]
+    # a progress line that carries it: recorded, and the line is left to the step readers
+    swap, used = read("3/3  11.3G  1.362: 63% 40/63 16.1s/it  RAM= 16.3/17.2 GB (95.2%) | swap= 23.78 GB",
+                      "3/3  11.3G  1.362: 65% 41/63 2.0it/s  RAM= 15.8/17.2 GB (91.9%) | swap= 22.10 GB")
+    assert abs(swap["used_gib"] - 23.78) < 1e-9 and swap["line"] == 1 and used == [False, False]
+    assert read("Swapping the two columns of the table")[0] is None

@@ -10,7 +10,7 @@ from diagnose.parse.events import KINDS as SIGNATURE_KINDS
 FAMILY = "events"
 KINDS = tuple(SIGNATURE_KINDS) + ("traceback", "traceback_cut", "nan")
 # kinds that say something stopped the run (the others are warnings, consequences or context)
-_NOT_STOPPING = {"nan", "allocator_flush", "traceback", "traceback_cut", "ddp_inactive", "closing_signal", "index_build",
+_NOT_STOPPING = {"nan", "allocator_flush", "cache_emptied", "traceback", "traceback_cut", "ddp_inactive", "closing_signal", "index_build",
                  "shards_one", "dns_fail", "argv_backslash", "nccl_info", "dataset_error",
                  "video_decode_fallback", "video_torchvision", "harmless_warning"}  # broken_media stops a run: not in this set
 
@@ -357,6 +357,10 @@ _WHERE = (
 )
 
 
+_STDLIB_WAITS = ("/multiprocessing/", "/threading.py", "/queue.py", "/selectors.py", "/socket.py", "/subprocess.py",
+                 "/concurrent/futures/")
+
+
 @feature("traceback_cut_where", "enum",
          "Where a traceback whose exception line is missing from the text stopped: swift_args, elastic_launcher, "
          "checkpoint_save, dataloader, model_load or other (its last frames).", FAMILY)
@@ -365,7 +369,11 @@ def _cut_where(ctx: Ctx):
     if not evs:
         return None
     e = evs[-1]
-    frames = e.detail.get("frames") or []
+    frames = list(e.detail.get("frames") or [])
+    # a process waiting is deepest in the standard library's waits (a queue, a pipe, a lock): where it waits is
+    # the last frame of the code that called them
+    while len(frames) > 1 and any(w in str(frames[-1].get("file", "")) for w in _STDLIB_WAITS):
+        frames.pop()
     for frame in reversed(frames[-3:]):
         hay = f"{frame.get('file', '')} {frame.get('func', '')}"
         for name, needles in _WHERE:

@@ -21,6 +21,9 @@ def _pasted(ctx: Ctx, key: str):
         return mem["total_gib"], [mem["line"]]
     if mem and key == "host_mem_available_gib":
         return mem["available_gib"], [mem["line"]]
+    swap = snap.get("swap")
+    if swap and key == "host_swap_used_gib":
+        return swap["used_gib"], [swap["line"]]
     return None
 
 
@@ -29,6 +32,7 @@ for _f, _u, _d in [
     ("shm_used_frac", "fraction", "Share of /dev/shm in use."),
     ("host_mem_available_gib", "GiB", "Host RAM available."),
     ("host_mem_total_gib", "GiB", "Host RAM total."),
+    ("host_swap_used_gib", "GiB", "Swap in use on the host (the largest the text shows: free, top, a swap= value)."),
     ("worker_cpu_pct", "%", "CPU use of the job's data-loader worker processes (100 = one core)."),
     ("rank_cpu_pct", "%", "CPU use of the training rank processes (100 = one core)."),
     ("dataloader_workers_running", "count", "Data-loader worker processes seen running."),

@@ -151,7 +151,8 @@ def _lmask(ctx: Ctx):
 
 
 @feature("nonfinite_tail_frac", "fraction",
-         "Of the rows from the first nan/inf on, the share that stay nan/inf (1 = diverged, small = one skipped step).", FAMILY)
+         "Of the rows after the first nan/inf, the share that are nan/inf too (1 = diverged, 0 = one skipped step); "
+         "1 when the nan row is the last one.", FAMILY)
 def _tail(ctx: Ctx):
     t = ctx.run.steps
     if not len(t):
@@ -162,7 +163,8 @@ def _tail(ctx: Ctx):
     if not bad.any():
         return 0.0
     i = int(np.flatnonzero(bad)[0])
-    return float(bad[i:].mean()), [int(t["line"][i])]
+    after = bad[i + 1:]
+    return (float(after.mean()) if len(after) else 1.0), [int(t["line"][i])]
 
 
 @feature("nan_first_step", "step", "First step with a nan/inf loss or grad_norm.", FAMILY)
@@ -323,6 +325,15 @@ def _tal(ctx: Ctx):
          "Median share of an iteration spent waiting for data, from logs that print both (mmengine/YOLOX "
          "'time: X data_time: Y'); the first 3 iterations are warm-up and dropped when there are 7 or more.", FAMILY)
 def _dtf(ctx: Ctx):
+    rows = _data_rows(ctx)
+    if rows is None:
+        return None
+    fr = [min(1.0, r["data_time_s"] / r["time_s"]) for r in rows]
+    return float(np.median(fr)), [rows[0]["line"], rows[-1]["line"]]
+
+
+def _data_rows(ctx: Ctx) -> list[dict] | None:
+    """The iterations that print both their time and their data wait, warm-up dropped (None below 2)."""
     rows = [r for r in ctx.run.iter_times if r["time_s"] > 0]
     t = ctx.run.steps
     if not rows and len(t) and t.has("data_time_s"):  # any trainer's rows that print both (parse.dialects)
@@ -331,10 +342,19 @@ def _dtf(ctx: Ctx):
                 for a, b, ln in zip(t["interval_s"][ok], t["data_time_s"][ok], t["line"][ok])]
     if len(rows) >= 7:
         rows = rows[3:]
-    if len(rows) < 2:
+    return rows if len(rows) >= 2 else None
+
+
+@feature("data_time_share", "fraction",
+         "Σ data_time ÷ Σ iteration time over the same iterations as data_time_frac: a few iterations that wait "
+         "very long for data count at their full weight (bursty stalls that a median hides).", FAMILY)
+def _dts(ctx: Ctx):
+    rows = _data_rows(ctx)
+    if rows is None:
         return None
-    fr = [min(1.0, r["data_time_s"] / r["time_s"]) for r in rows]
-    return float(np.median(fr)), [rows[0]["line"], rows[-1]["line"]]
+    total = sum(r["time_s"] for r in rows)
+    worst = max(rows, key=lambda r: r["data_time_s"])
+    return min(1.0, sum(r["data_time_s"] for r in rows) / total), [worst["line"]]
 
 
 @feature("profiler_data_wait_frac", "fraction",

@@ -203,6 +203,27 @@ _MIN_PAIRS = 3
 _MIN_ROWS = 3
 
 
+_PIPE_SEG = re.compile(r"^\s*([A-Za-z][A-Za-z _()/.-]{0,40}?)\s+(-?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|-?inf)"
+                       r"(?:/(\d+))?\s*(ms|s|MB|MiB|GB|GiB|%)?\s*$", re.IGNORECASE)
+
+
+def _pipe_pairs(line: str) -> dict[str, tuple[str, str | None]]:
+    """`Epoch 0/1 | Batch 100/15582 | Train Loss 2.31 | Learning Rate 2e-08`: the `name value` segments of a line
+    split by '|' (custom trainers' prints); a counter `a/b` named batch/step/iter is the step."""
+    kv: dict[str, tuple[str, str | None]] = {}
+    for seg in line.split("|"):
+        m = _PIPE_SEG.match(seg)
+        if not m:
+            continue
+        k = _norm_key(m.group(1))
+        if k not in SYNONYMS and k.replace(" ", "_") in SYNONYMS:
+            k = k.replace(" ", "_")
+        if m.group(3) and k in ("batch", "step", "iter", "iteration", "it"):
+            k = "step"
+        kv.setdefault(k, (m.group(2), m.group(4)))
+    return kv
+
+
 def _norm_key(k: str) -> str:
     return re.sub(r"\s+", " ", k.strip().lower())
 
@@ -226,14 +247,16 @@ class GenericRows:
         self._by_keys: dict[tuple[str, ...], list[tuple[int, dict[str, tuple[str, str | None]]]]] = {}
 
     def feed(self, lineno: int, line: str) -> bool:
-        if line.count(":") + line.count("=") < _MIN_PAIRS or len(line) > 4000:
-            return False
-        pairs = _KV.findall(line)
-        if len(pairs) < _MIN_PAIRS:
+        if len(line) > 4000:
             return False
         kv: dict[str, tuple[str, str | None]] = {}
-        for k, v, suf in pairs:
-            kv.setdefault(_norm_key(k), (v, suf or None))
+        if line.count(":") + line.count("=") >= _MIN_PAIRS:
+            for k, v, suf in _KV.findall(line):
+                kv.setdefault(_norm_key(k), (v, suf or None))
+        if len(kv) < _MIN_PAIRS and line.count("|") >= _MIN_PAIRS - 1:
+            kv = _pipe_pairs(line)
+        if len(kv) < _MIN_PAIRS:
+            return False
         if not any(k in SYNONYMS for k in kv):
             return False
         key = tuple(sorted(kv))

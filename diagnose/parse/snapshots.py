@@ -4,7 +4,7 @@ Contract: `Snapshots.feed(lineno, text) -> bool` reads one (prefix-stripped) lin
 and returns True when it was a snapshot row; `Snapshots.result()` is the dict kept
 as `Run.snapshot`: `gpus` [{index, name, mem_used_gib, mem_total_gib, util_pct,
 line}], `shm` {size_gib, used_gib, use_pct, line}, `host_mem` {total_gib,
-available_gib, line}.  Only what the text shows; nothing is measured here.
+available_gib, line}, `swap` {used_gib, total_gib, line} (the largest use seen).  Only what the text shows; nothing is measured here.
 Formats: nvidia-smi's table (a name row `|   0  NVIDIA A100-SXM4-80GB  On | ...`
 followed by a usage row `| N/A 34C P0 63W / 400W | 81000MiB / 81920MiB | 100% Default |`),
 gpustat (`[0] NVIDIA A100 | 65°C, 100 % | 79000 / 81920 MB | user(78000M)`),
@@ -22,6 +22,9 @@ _SMI_USE = re.compile(r"(\d+)MiB\s*/\s*(\d+)MiB\s*\|\s*(\d+|N/A)\s*%?")
 _GPUSTAT = re.compile(r"^(?:\[(\d+)\]\s+)?([^|]+?)\s*\|\s*(\d+)\s*'?°?C?,\s*(\d+)\s*%\s*\|\s*(\d+)\s*/\s*(\d+)\s*MB")
 _SIZE = r"([\d.]+)\s*([KMGTP]i?B?|B)?"
 _FREE = re.compile(r"^Mem:\s+" + r"\s+".join([_SIZE] * 6))
+_FREE_SWAP = re.compile(r"^Swap:\s+" + r"\s+".join([_SIZE] * 3))
+_TOP_SWAP = re.compile(r"^([KMG])iB Swap:\s*([\d.]+) total,\s*([\d.]+) free,\s*([\d.]+) used")
+_KV_SWAP = re.compile(r"\b[Ss]wap(?: used)?\s*[:=]\s*([\d.]+)\s*(GB|GiB|G|MB|MiB|M)\b")
 _DF = re.compile(r"^\S+\s+" + _SIZE + r"\s+" + _SIZE + r"\s+" + _SIZE + r"\s+(\d+)%\s+(/dev/shm)\s*$")
 _UNIT_GIB = {"": 1 / 1024**3, "B": 1 / 1024**3, "K": 1 / 1024**2, "M": 1 / 1024, "G": 1.0, "T": 1024.0, "P": 1024.0**2}
 
@@ -36,10 +39,13 @@ class Snapshots:
         self.gpus: list[dict[str, Any]] = []
         self.shm: dict[str, Any] | None = None
         self.host_mem: dict[str, Any] | None = None
+        self.swap: dict[str, Any] | None = None
         self._smi_gpu: tuple[int, str] | None = None
 
     def feed(self, lineno: int, s: str) -> bool:
         t = s.strip()
+        if "wap" in t and self._swap(lineno, t):
+            return True
         if t.startswith("|"):
             m = _SMI_NAME.match(t)
             if m:
@@ -80,10 +86,34 @@ class Snapshots:
                 return True
         return False
 
+    def _swap(self, lineno: int, t: str) -> bool:
+        """Swap in use: procps `free` (`Swap:  31Gi  23Gi  8.0Gi`, consumed), top's `MiB Swap: T total, F free, U
+        used.` (consumed), or a `swap= 23.78 GB` a monitoring print or a progress line carries (recorded, the line
+        left to the other readers).  The largest use seen is kept."""
+        used = total = None
+        consumed = False
+        if t.startswith("Swap:"):
+            m = _FREE_SWAP.match(t)
+            if m:
+                g = m.groups()
+                total, used, consumed = _gib(g[0], g[1], "K"), _gib(g[2], g[3], "K"), True
+        elif "iB Swap:" in t:
+            m = _TOP_SWAP.match(t)
+            if m:
+                unit = m.group(1)
+                total, used, consumed = _gib(m.group(2), unit), _gib(m.group(4), unit), True
+        else:
+            m = _KV_SWAP.search(t)
+            if m:
+                used = _gib(m.group(1), m.group(2))
+        if used is not None and (self.swap is None or used > self.swap["used_gib"]):
+            self.swap = {"used_gib": used, "total_gib": total, "line": lineno}
+        return consumed
+
     def result(self) -> dict[str, Any] | None:
-        if not (self.gpus or self.shm or self.host_mem):
+        if not (self.gpus or self.shm or self.host_mem or self.swap):
             return None
-        return {"gpus": self.gpus, "shm": self.shm, "host_mem": self.host_mem}
+        return {"gpus": self.gpus, "shm": self.shm, "host_mem": self.host_mem, "swap": self.swap}
 
 
 __all__ = ["Snapshots"]
