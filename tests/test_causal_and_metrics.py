@@ -147,3 +147,29 @@ def test_lightning_profiler_report_measures_the_data_wait():
     assert abs(d.features["profiler_data_wait_frac"] - 64.0 / 91.657) < 1e-6
     quick = report.replace("64.0           ", "3.0            ")
     assert analyze_run(parse_text(quick + "\n")).primary.rule != "DL025"
+
+
+def _interrupted_in(frames: list[str]) -> str:
+    return "\n".join(["{'loss': 1.2, 'grad_norm': 0.5, 'learning_rate': 1e-05, 'epoch': 0.1, "
+                      "'global_step/max_steps': '5/100'}", "^CTraceback (most recent call last):", *frames,
+                      "KeyboardInterrupt"]) + "\n"
+
+
+def test_ctrl_c_while_waiting_for_batches_is_a_data_stall_and_elsewhere_an_interruption():
+    waiting = _interrupted_in([
+        '  File "/py/site-packages/torch/utils/data/dataloader.py", line 1295, in _get_data',
+        "    success, data = self._try_get_data()",
+        '  File "/py/site-packages/torch/utils/data/dataloader.py", line 1133, in _try_get_data',
+        "    data = self._data_queue.get(timeout=timeout)",
+        '  File "/usr/lib/python3.10/multiprocessing/queues.py", line 113, in get',
+        "    if not self._poll(timeout):",
+        '  File "/usr/lib/python3.10/multiprocessing/connection.py", line 424, in _poll',
+        "    r = wait([self], timeout)"])
+    d = analyze_run(parse_text(waiting))
+    assert d.primary.rule == "DL026" and d.features["signal_where"] == "dataloader"
+    assert any(f.rule == "INT001" for f in d.findings)  # the interruption is still said, as what followed
+    computing = _interrupted_in([
+        '  File "/py/site-packages/torch/nn/modules/module.py", line 1553, in _call_impl',
+        "    return forward_call(*args, **kwargs)"])
+    d = analyze_run(parse_text(computing))
+    assert d.primary.rule == "INT001" and d.primary.category == "interrupted"

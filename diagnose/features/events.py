@@ -368,7 +368,19 @@ def _cut_where(ctx: Ctx):
     evs = _events(ctx, "traceback_cut")
     if not evs:
         return None
-    e = evs[-1]
+    return _where(evs[-1])
+
+
+@feature("signal_where", "enum",
+         "Where the process was when a signal stopped it, from the frames of the traceback that ended in it "
+         "(KeyboardInterrupt): swift_args, elastic_launcher, checkpoint_save, dataloader, model_load or other.", FAMILY)
+def _signal_where(ctx: Ctx):
+    evs = [e for e in _events(ctx, "signal") if e.detail.get("frames")]
+    return _where(evs[-1]) if evs else None
+
+
+def _where(e) -> tuple[str, list]:
+    """The stage of a traceback's last frames (`_WHERE`), the standard library's waits skipped."""
     frames = list(e.detail.get("frames") or [])
     # a process waiting is deepest in the standard library's waits (a queue, a pipe, a lock): where it waits is
     # the last frame of the code that called them

@@ -300,6 +300,12 @@ class EventScanner:
         causes, self._causes = self._causes, []
         self._last_exc, self._causes_of_last = {"line": lineno, "text": line.strip()[:300]}, causes
         if lineno in self._lines_with_event:
+            # a signature claimed the exception line (KeyboardInterrupt, an OOM...): its event keeps the frames,
+            # which say where the process was when it happened
+            for ev in reversed(self.events):
+                if ev.line == lineno and "frames" not in ev.detail and self._frames:
+                    ev.detail["frames"] = self._frames[-6:]
+                    break
             return
         detail: dict[str, Any] = {"exception": m.group(1), "traceback_line": self._tb_start, "frames": self._frames[-4:]}
         if causes:
