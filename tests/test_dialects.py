@@ -116,6 +116,21 @@ def test_generic_rows_read_name_value_segments_split_by_pipes():
     assert h.rows() == []
 
 
+def test_generic_rows_read_name_value_lists_split_by_commas():
+    g = GenericRows()
+    for i in range(4):  # 'Epoch 1, Step 100, Loss 2.3, LR 1e-4' and 'epoch 1 iter 300: loss nan, lr 1e-4'
+        assert g.feed(i + 1, f"Epoch 1, Step {i * 100}, Loss {2.5 - i * 0.1:.4f}, LR 0.0001")
+        assert g.feed(10 + i, f"epoch 1 iter {i * 50}: loss nan, lr 0.0001")
+    rows = g.rows()
+    by_line = {ln: r.values for ln, r in rows}
+    assert by_line[2]["step"] == 100 and by_line[2]["loss"] == pytest.approx(2.4)
+    assert by_line[12]["step"] == 100 and math.isnan(by_line[12]["loss"])
+    h = GenericRows()
+    for i in range(4):  # prose with numbers in it is not a step row
+        assert not h.feed(i + 1, f"Loaded {i} shards, using 8 workers, done")
+    assert h.rows() == []
+
+
 def test_a_run_shown_only_by_a_progress_bar_is_read_as_steps():
     text = "\n".join(f"Train:  40%|████      | {400 + i}/1000 [1:02:{10 + i:02d}<1:33:15,  9.3{i}s/it]" for i in range(4))
     run = parse_text(text + "\n")

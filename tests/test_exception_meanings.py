@@ -38,7 +38,9 @@ def test_the_table_is_sourced_and_covers_the_categories():
 def test_each_entry_classifies_its_own_cases(entry, case):
     exc = _typed(case)
     if exc is None:  # a signature claimed the line (an OOM, an NCCL message): the diagnosis reads it that way,
-        diag = analyze_run(parse_text(case + "\n"))  # never as another specific category
+        run = parse_text(case + "\n")  # never as another specific category - and the exception line was READ
+        assert not [e for e in run.events if e.kind == "traceback_cut"], f"{entry}: the exception line was not read"
+        diag = analyze_run(run)
         want = next(e["category"] for e in ENTRIES if e["id"] == entry)
         assert diag.primary.category in (want, "unknown"), (entry, diag.primary)
         return
@@ -88,3 +90,64 @@ def test_a_real_config_crash_fixture_is_config():
     for name in ("crash_config_install_4x", "crash_config_packing_lazy_4x"):
         run = __import__("diagnose.parse", fromlist=["parse_run"]).parse_run([str(FIXTURES / name)])
         assert analyze_run(run).primary.category == "config", name
+
+
+def test_an_exception_class_with_a_digit_is_not_a_host_tag():
+    """`cv2.error: ...` once lost its class to the pdsh host-tag stripper (a name with a digit, then ': ')."""
+    tb = """Traceback (most recent call last):
+  File "/home/me/proj/data/loader.py", line 52, in load_frame
+    img = cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+cv2.error: OpenCV(4.8.0) /io/opencv/modules/imgproc/src/color.cpp:182: error: (-215:Assertion failed) !_src.empty() in function 'cvtColor'
+"""
+    exc = _typed(tb)
+    assert exc is not None and exc.cls == "error"
+    assert analyze_run(parse_text(tb)).primary.category == "data_loading"
+
+
+def _chain(*links: tuple[str, str, str]) -> str:
+    out = []
+    for i, (path, func, line) in enumerate(links):
+        if i:
+            out.append("\nThe above exception was the direct cause of the following exception:\n")
+        out += ["Traceback (most recent call last):", f'  File "{path}", line 10, in {func}', "    x = f()", line]
+    return "\n".join(out) + "\n"
+
+
+def test_message_shape_is_read_only_when_nothing_else_explains_the_crash():
+    # alone, a check worded as one leans config (weak)
+    alone = _chain(("/opt/proj/train.py", "main", "ValueError: lora_alpha must be a power of two"))
+    got = ex.classify(_typed(alone))
+    assert got and got[0].shape and got[0].category == "config" and got[0].confidence == "weak"
+    diag = analyze_run(parse_text(alone))
+    assert (diag.primary.category, diag.primary.confidence) == ("config", "weak")
+    # a module fallback on another link of the chain (torch's DataLoader) decides before the cause's wording does
+    chained = _chain(("/opt/proj/train.py", "main", "ValueError: batch must be a dict"),
+                     ("/usr/lib/python3.10/site-packages/torch/utils/data/_utils/worker.py", "_worker_loop",
+                      "RuntimeError: worker 3 died"))
+    got = ex.classify(_typed(chained))
+    assert got and not got[0].shape and got[0].category == "data_loading"
+    # wording with no check in it stays unexplained
+    plain = _chain(("/opt/proj/train.py", "main", "ZeroDivisionError: float division"))
+    assert ex.classify(_typed(plain)) is None
+
+
+@pytest.mark.parametrize("line,want", [
+    ("ValueError: Input contains NaN.", "nan"),
+    ("RuntimeError: Failed to allocate 64 KV blocks: out of memory", "oom"),
+    ("FileNotFoundError: [Errno 2] No such file or directory: '/data/clips/v_0042.mp4'", "data_loading"),
+    ("NotImplementedError: packing is not supported for multimodal models yet", "config"),
+])
+def test_message_shapes_name_their_category(line, want):
+    got = ex.classify(_typed(_chain(("/opt/proj/engine.py", "run", line))))
+    assert got and got[0].shape and got[0].category == want, (line, got and got[0].id)
+
+
+def test_a_cut_traceback_in_a_users_dataset_getitem_leans_data_loading():
+    cut = """Traceback (most recent call last):
+  File "/opt/proj/train.py", line 88, in <module>
+    for batch in loader:
+  File "/opt/proj/data/my_dataset.py", line 140, in __getitem__
+    frames = self.decode(rec["path"])
+"""
+    diag = analyze_run(parse_text(cut))
+    assert diag.primary.category == "data_loading" and diag.primary.confidence == "weak"

@@ -129,7 +129,7 @@ def _cut_lean(ctx: Ctx):
     ev = cuts[-1]
     for fr in reversed(ev.detail.get("frames") or []):
         probe = TypedException("", "", fr.get("file"), fr.get("func"), ev.line)
-        m = classify_one(probe)
+        m = classify_one(probe) or classify_one(probe, shape=True)
         if m is not None and m.generic:
             lean = Meaning(id=m.id, category=m.category, confidence="weak",
                            explain="the traceback is cut before its exception line: only where it was raised is known")

@@ -207,20 +207,28 @@ _PIPE_SEG = re.compile(r"^\s*([A-Za-z][A-Za-z _()/.-]{0,40}?)\s+(-?(?:\d[\d,]*\.
                        r"(?:/(\d+))?\s*(ms|s|MB|MiB|GB|GiB|%)?\s*$", re.IGNORECASE)
 
 
-def _pipe_pairs(line: str) -> dict[str, tuple[str, str | None]]:
-    """`Epoch 0/1 | Batch 100/15582 | Train Loss 2.31 | Learning Rate 2e-08`: the `name value` segments of a line
-    split by '|' (custom trainers' prints); a counter `a/b` named batch/step/iter is the step."""
+_PIPE_SPLIT = re.compile(r"\|")
+_LIST_SPLIT = re.compile(r",\s+|;\s*")  # ', ' and ';' - never the ',' inside '1,234'
+# one-word `name value` pairs inside a list segment ('epoch 1 iter 300: loss nan'), groups as _PIPE_SEG's
+_WORD_PAIR = re.compile(r"(?<![\w.])([A-Za-z][A-Za-z_]{1,30}):?\s+(-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|-?inf)"
+                        r"(?:/(\d+))?\s*(ms|s|MB|MiB|GB|GiB|%)?(?=\s|:|$)", re.IGNORECASE)
+
+
+def _pipe_pairs(line: str, split: re.Pattern[str] = _PIPE_SPLIT) -> dict[str, tuple[str, str | None]]:
+    """`Epoch 0/1 | Batch 100/15582 | Train Loss 2.31 | Learning Rate 2e-08` (or `Epoch 1, Step 100, Loss 2.345`
+    with `split=_LIST_SPLIT`): the `name value` segments of a line split by '|' (or ', ' / ';'), custom trainers'
+    prints; a counter `a/b` named batch/step/iter is the step."""
     kv: dict[str, tuple[str, str | None]] = {}
-    for seg in line.split("|"):
+    for seg in split.split(line):
         m = _PIPE_SEG.match(seg)
-        if not m:
-            continue
-        k = _norm_key(m.group(1))
-        if k not in SYNONYMS and k.replace(" ", "_") in SYNONYMS:
-            k = k.replace(" ", "_")
-        if m.group(3) and k in ("batch", "step", "iter", "iteration", "it"):
-            k = "step"
-        kv.setdefault(k, (m.group(2), m.group(4)))
+        found = [m] if m else list(_WORD_PAIR.finditer(seg)) if split is _LIST_SPLIT else []
+        for m in found:  # 'epoch 1 iter 300: loss nan' holds several one-word pairs
+            k = _norm_key(m.group(1))
+            if k not in SYNONYMS and k.replace(" ", "_") in SYNONYMS:
+                k = k.replace(" ", "_")
+            if m.group(3) and k in ("batch", "step", "iter", "iteration", "it"):
+                k = "step"
+            kv.setdefault(k, (m.group(2), m.group(4)))
     return kv
 
 
@@ -255,6 +263,8 @@ class GenericRows:
                 kv.setdefault(_norm_key(k), (v, suf or None))
         if len(kv) < _MIN_PAIRS and line.count("|") >= _MIN_PAIRS - 1:
             kv = _pipe_pairs(line)
+        if len(kv) < _MIN_PAIRS and ("," in line or ";" in line):
+            kv = _pipe_pairs(line, _LIST_SPLIT)
         if len(kv) < _MIN_PAIRS:
             return False
         if not any(k in SYNONYMS for k in kv):

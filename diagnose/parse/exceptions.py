@@ -11,7 +11,8 @@ Contract:
   message it matches, its confidence, a one-line explanation, the source that raises it and its own cases).
 - `classify(exc) -> Meaning | None`: the first entry matching the exception itself; for a chain, the root cause is
   tried first and a specific entry (one that names a class or a message) beats a fallback keyed on the raising
-  module alone, whichever link it matched.
+  module alone, whichever link it matched. Entries of `tier: shape` (the wording of a message no other entry
+  explains: "must be", "is not supported", "contains NaN"...) are tried last, on every link, after both.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from typing import Any
 class Meaning:
     id: str
     category: str
-    confidence: str  # certain | probable
+    confidence: str  # certain | probable | weak (shape tier)
     explain: str
     exceptions: tuple[str, ...] = ()
     module: re.Pattern[str] | None = None
@@ -33,6 +34,7 @@ class Meaning:
     message: re.Pattern[str] | None = None
     source: str = ""
     cases: dict[str, Any] = field(default_factory=dict)
+    shape: bool = False  # tier: shape - read only when no specific entry and no module fallback matched
 
     @property
     def generic(self) -> bool:
@@ -80,7 +82,7 @@ def load_meanings(path: Path | None = None) -> list[Meaning]:
             module=re.compile(e["module"]) if e.get("module") else None,
             function=re.compile(e["function"]) if e.get("function") else None,
             message=re.compile(e["message"]) if e.get("message") else None,
-            source=str(e.get("source", "")), cases=e.get("cases") or {}))
+            source=str(e.get("source", "")), cases=e.get("cases") or {}, shape=e.get("tier") == "shape"))
     return out
 
 
@@ -103,9 +105,10 @@ def _matches(m: Meaning, exc: TypedException) -> bool:
     return True
 
 
-def classify_one(exc: TypedException) -> Meaning | None:
+def classify_one(exc: TypedException, shape: bool = False) -> Meaning | None:
+    """The first entry of the given tier (the table's, or with shape=True the message-shape tier) matching."""
     for m in meanings():
-        if _matches(m, exc):
+        if m.shape == shape and _matches(m, exc):
             return m
     return None
 
@@ -121,7 +124,13 @@ def classify(exc: TypedException) -> tuple[Meaning, TypedException] | None:
         if not m.generic:
             return m, link
         fallback = fallback or (m, link)
-    return fallback
+    if fallback is not None:
+        return fallback
+    for link in links:
+        m = classify_one(link, shape=True)
+        if m is not None:
+            return m, link
+    return None
 
 
 _EXC = re.compile(r"^([A-Za-z_][\w.]*)(?::\s?(.*))?$", re.S)

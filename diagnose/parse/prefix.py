@@ -9,7 +9,8 @@ or `1743] ` when the selection began mid-prefix), container/collector timestamps
 `[2023-08-14 01:18:54,483] `), torchrun's `[rankN]:` tag and its `--tee` copy's `[defaultN]:` (a
 local rank), Ray's `(ActorName pid=N, ip=X) ` and `(raylet) `, a colour code whose ESC the copy lost, and the
 host tag pdsh, MPI and DeepSpeed's multi-node runner put before every line (`worker-1: `, `c000001: `,
-`10.0.0.2: `; a host name holds a digit or a hyphen, so `ValueError: ` is never one).  `rank` is the rank
+`10.0.0.2: `; a host name holds a digit or a hyphen, so `ValueError: ` is never one, and a name ending like an
+exception class - `cv2.error: `, `h5py.OSError: ` - is kept as the exception line it is).  `rank` is the rank
 that tag named, else None.  Megatron's own ` > ` prefix goes too (harmless: the
 text after it is what the recognisers read).  `is_fence(line)` tells a Markdown
 code-fence line.  Pure string work, no state.
@@ -43,7 +44,7 @@ _WRAP = re.compile(
     r"|\((?:[A-Za-z_][\w.]*\s+)?pid=\d+(?:,\s*ip=[\w.:]+)?\)\s?"  # Ray: '(ActorName pid=N, ip=X) '
     r"|\(raylet(?:,\s*ip=[\w.:]+)?\)\s?"  # Ray's raylet
     r"|\[\d{1,2}(?:;\d{1,2})*m(?=\S)"  # a colour code whose ESC was lost in the copy ('[33m(raylet)')
-    r"|(?!(?:default|rank|RANK)\d+:)(?:[A-Za-z][\w.-]*\d[\w.-]*|[A-Za-z][\w.]*-[\w.-]+|\d{1,3}(?:\.\d{1,3}){3}): (?=.)"  # pdsh/MPI host
+    r"|(?!(?:default|rank|RANK)\d+:|[\w.-]*(?:[Ee]rror|Exception|Warning|Interrupt|Exit): )(?:[A-Za-z][\w.-]*\d[\w.-]*|[A-Za-z][\w.]*-[\w.-]+|\d{1,3}(?:\.\d{1,3}){3}): (?=.)"  # pdsh/MPI host
     r")"
 )
 _FENCE = re.compile(r"^\s*(?:```|~~~)[\w+-]*\s*$")
