@@ -88,6 +88,8 @@ def _signal_detail(m: re.Match[str], line: str) -> dict[str, Any]:
         d["name"] = "SIGTERM"
     elif line.strip() == "Hangup":
         d["name"] = "SIGHUP"
+    elif "closed by remote host" in line or "send disconnect" in line or "packet_write_wait" in line:
+        d["name"] = "SIGHUP (the ssh session that ran the job dropped)"
     elif "CANCELLED AT" in line:
         why = re.search(r"DUE TO ([A-Z ]+?)\s*\*", line)
         d["name"] = "Slurm cancelled the job" + (f" ({why.group(1).lower()})" if why else "")
