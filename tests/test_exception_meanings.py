@@ -151,3 +151,20 @@ def test_a_cut_traceback_in_a_users_dataset_getitem_leans_data_loading():
 """
     diag = analyze_run(parse_text(cut))
     assert diag.primary.category == "data_loading" and diag.primary.confidence == "weak"
+
+
+@pytest.mark.parametrize("last,name", [
+    ("Segmentation fault (core dumped)", "SIGSEGV"),
+    ("train.sh: line 12: 40211 Aborted                 (core dumped) python train.py", "SIGABRT"),
+    ("  what():  CUDA error: an illegal memory access was encountered", "a CUDA illegal memory access"),
+    ("[2024-01-01 10:00:00,000] [ERROR] [launch.py:321:sigkill_handler] ['python', 'train.py'] exits with return code = -11",
+     "SIGSEGV"),
+])
+def test_rows_then_a_native_crash_are_a_crash_not_a_healthy_run(last, name):
+    rows = "".join(f"{{'loss': {2.0 - i * 0.1:.4f}, 'grad_norm': 0.5, 'learning_rate': 1e-05, 'epoch': {0.1 * i:.1f}}}\n"
+                   for i in range(1, 5))
+    diag = analyze_run(parse_text(rows + last + "\n"))
+    assert diag.primary.category == "unknown" and diag.primary.rule == "GEN008", diag.primary
+    assert name in diag.findings[0].evidence
+    quiet = analyze_run(parse_text(rows))  # the same rows alone are a healthy excerpt
+    assert quiet.primary.category == "healthy"

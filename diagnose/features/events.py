@@ -428,6 +428,12 @@ def _index_s(ctx: Ctx):
     return e.detail["seconds"], [_ref(e)]
 
 
+@feature("native_crash_name", "text", "What killed the process from native code: the signal (SIGSEGV, SIGABRT, SIGFPE, "
+                                     "SIGILL) or the CUDA kernel fault.", FAMILY)
+def _native_name(ctx: Ctx):
+    return _first_detail(ctx, "native_crash", "name")
+
+
 @feature("worker_exitcode", "code", "Exit code of the first worker torchrun reported as failed.", FAMILY)
 def _wexit(ctx: Ctx):
     return _first_detail(ctx, "worker_failed", "exitcode")

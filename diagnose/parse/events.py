@@ -97,8 +97,8 @@ def _signal_detail(m: re.Match[str], line: str) -> dict[str, Any]:
 
 
 def _exitcode_detail(m: re.Match[str], line: str) -> dict[str, Any]:
-    e = re.search(r"exitcode\s*:\s*(-?\d+)", line)
-    return {"exitcode": int(e.group(1))} if e else {}
+    e = re.search(r"exitcode\s*:\s*(-?\d+)|exits with return code = (-?\d+)", line)
+    return {"exitcode": int(e.group(1) or e.group(2))} if e else {}
 
 
 def _stuck_detail(m: re.Match[str], line: str) -> dict[str, Any]:
@@ -137,11 +137,30 @@ def _flushes_detail(m: re.Match[str], line: str) -> dict[str, Any]:
     return {"flushes": int(n.group(1))} if n else {}
 
 
+_NATIVE = (("Segmentation fault", "SIGSEGV"), ("Aborted", "SIGABRT"), ("Floating point exception", "SIGFPE"),
+           ("Illegal instruction", "SIGILL"), ("illegal memory access", "a CUDA illegal memory access"),
+           ("misaligned address", "a CUDA misaligned address"), ("unspecified launch failure", "a CUDA launch failure"),
+           ("illegal instruction", "a CUDA illegal instruction"))
+_NATIVE_CODES = {-11: "SIGSEGV", -6: "SIGABRT", -8: "SIGFPE", -4: "SIGILL", 139: "SIGSEGV", 134: "SIGABRT"}
+
+
+def _native_detail(m: re.Match[str], line: str) -> dict[str, Any]:
+    """What killed the process from native code: the signal (bash's strsignal text, faulthandler's line, a launcher's
+    negative return code) or the CUDA kernel fault."""
+    code = re.search(r"(?:exitcode\s*:|return code =|exit code:?)\s*(-?\d+)", line)
+    if code and int(code.group(1)) in _NATIVE_CODES:
+        return {"exitcode": int(code.group(1)), "name": _NATIVE_CODES[int(code.group(1))]}
+    for text, name in _NATIVE:
+        if text in line:
+            return {"name": name}
+    return {}
+
+
 _DETAILS: dict[str, Any] = {
     "none": None, "oom": _oom_detail, "timeout": _timeout_detail, "signal": _signal_detail,
     "exitcode": _exitcode_detail, "stuck": _stuck_detail, "dist_timeout": _dist_timeout_detail,
     "closing": _closing_detail, "shards": _shards_detail, "index_build": _index_detail,
-    "flushes": _flushes_detail, "config": None,
+    "flushes": _flushes_detail, "config": None, "native": _native_detail,
 }
 
 
