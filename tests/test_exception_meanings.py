@@ -136,6 +136,9 @@ def test_message_shape_is_read_only_when_nothing_else_explains_the_crash():
     ("RuntimeError: Failed to allocate 64 KV blocks: out of memory", "oom"),
     ("FileNotFoundError: [Errno 2] No such file or directory: '/data/clips/v_0042.mp4'", "data_loading"),
     ("NotImplementedError: packing is not supported for multimodal models yet", "config"),
+    ("ValueError: sequence_parallel_size > 1 is not allowed with packing=False", "config"),
+    ("ValueError: Could not find a template named qwen9", "config"),
+    ("KeyError: 'Invalid train_type lorra'", "config"),
 ])
 def test_message_shapes_name_their_category(line, want):
     got = ex.classify(_typed(_chain(("/opt/proj/engine.py", "run", line))))
