@@ -79,7 +79,7 @@ def report(rows: list[dict], misses_only: bool = False) -> str:
     main = [r for r in rows if r["scope"] == "core" and r["confidence_label"] in ("high", "medium")]
     low = [r for r in rows if r["scope"] == "core" and r["confidence_label"] == "low"]
     foreign = [r for r in rows if r["scope"] != "core"]
-    if not misses_only:
+    if not misses_only and main:
         lines.append("Per category (core, high+medium):")
         by: dict[str, list[dict]] = defaultdict(list)
         for r in main:
