@@ -171,3 +171,30 @@ def test_rows_then_a_native_crash_are_a_crash_not_a_healthy_run(last, name):
     assert name in diag.findings[0].evidence
     quiet = analyze_run(parse_text(rows))  # the same rows alone are a healthy excerpt
     assert quiet.primary.category == "healthy"
+
+
+def test_a_message_the_terminal_wrapped_is_read_whole():
+    # rich's traceback box ends with the exception line wrapped at the console width
+    wrapped = """│ /opt/conda/lib/python3.10/site-packages/deepspeed/runtime/config.py:891 in _batch_assertion │
+╰──────────────────────────────────────────────────────────────────────────────╯
+AssertionError: Check batch related parameters. train_batch_size is not
+equal to micro_batch_per_gpu * gradient_acc_step * world_size 32 != 2 *
+4 * 2
+ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 (pid: 11) of binary: /usr/bin/python
+"""
+    exc = _typed(wrapped)
+    assert exc is not None and exc.message.endswith("32 != 2 * 4 * 2")  # the launcher's line is not part of it
+    assert analyze_run(parse_text(wrapped)).primary.category == "config"
+    # a short exception line is not taken as wrapped: the prose after it stays out of the message
+    short = "ValueError: bad value\nthen I restarted the job and it worked\n"
+    assert _typed(short).message == "bad value"
+
+
+def test_a_qualified_exception_class_printed_alone_is_read():
+    line = "pkg_resources.DistributionNotFound: The 'peft<0.14,>=0.11' distribution was not found and is required by ms-swift\n"
+    exc = _typed(line)
+    assert exc is not None and exc.cls == "DistributionNotFound"
+    diag = analyze_run(parse_text(line))
+    assert (diag.primary.category, diag.primary.confidence) == ("config", "certain")
+    # prose that merely names a module attribute is not an exception line
+    assert _typed("see torch.Tensor for details\n") is None

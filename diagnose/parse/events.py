@@ -213,7 +213,13 @@ _EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Fail
 _FRAME = re.compile(r"^\s+|^\s*File \"|^\s*\^+\s*$|^During handling|^The above exception|^\s*$|^\s*\[Previous line repeated")
 _FRAME_AT = re.compile(r'^\s*(?:File ")?([^"\s]*\.py|<[^>]+>)", line (\d+), in (\S+)')
 # an exception line printed on its own (the paste kept only the last line of a traceback)
-_BARE_EXC = re.compile(r"^(?:[a-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Interrupt)(?::\s.*)?$")
+# a line that cannot continue an exception message wrapped by the terminal (rich's traceback wraps at the console
+# width): indented code, a new traceback or chain, another exception, a logger's or launcher's own line
+_NOT_CONT = re.compile(r"^\s|^Traceback|^During handling|^The above exception|^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit"
+                       r"|Warning|Failure)\b|^[A-Z]{3,}\b|^[\[({<]|^\d{4}[-/]|^[WEIF]\d{4} |^[-=*#~]{3}|^\W*$")
+_WRAPPED_AT = 60  # an exception line this long may have been wrapped by the terminal
+_BARE_EXC = re.compile(r"^(?:[a-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Interrupt)(?::\s.*)?$"
+                       r"|^(?:[a-z_]\w*\.)+[A-Z][a-z]\w*:\s\S.*$")  # module.Class: message (pkg_resources.DistributionNotFound)
 
 
 def _work(d: dict[str, Any], line: int) -> dict[str, Any]:
@@ -235,6 +241,7 @@ class EventScanner:
         self._causes_of_last: list[dict[str, Any]] = []
         self._causes: list[dict[str, Any]] = []  # set by 'The above exception was the direct cause ...'
         self._rank: int | None = None  # rank of the line being read
+        self._cont: list[Any] | None = None  # [event, last line] of an exception line whose message may go on
 
     def _add(self, kind: str, lineno: int, text: str, detail: dict[str, Any] | None = None, fold_kind: bool = False) -> None:
         text = text.strip()[:500]
@@ -284,6 +291,14 @@ class EventScanner:
         self._traceback(lineno, line)
 
     def _traceback(self, lineno: int, line: str) -> None:
+        if self._cont is not None:
+            ev, last = self._cont
+            more = ev.detail.get("more", [])
+            if lineno == last + 1 and len(more) < 3 and not _NOT_CONT.match(line):
+                more.append(line.strip()[:300])  # the message goes on: the terminal wrapped it
+                ev.detail["more"], self._cont = more, [ev, lineno]
+                return
+            self._cont = None
         if "above exception" in line and ("direct cause" in line or "During handling" in line):
             # a chained exception follows: the one just printed is its cause
             self._causes = self._causes_of_last + ([self._last_exc] if self._last_exc else [])
@@ -305,6 +320,8 @@ class EventScanner:
                 exc = line.split(":", 1)[0].strip()
                 self._add("traceback", lineno, line.strip(), {"exception": exc, "traceback_line": None, "frames": [],
                                                               "standalone": True})
+                if len(line.strip()) >= _WRAPPED_AT and self.events and self.events[-1].line == lineno:
+                    self._cont = [self.events[-1], lineno]
             return
         if _FRAME.match(line):
             code = line.strip()
@@ -332,6 +349,8 @@ class EventScanner:
         if causes:
             detail["causes"] = causes  # outermost first: what led, link by link, to this exception
         self._add("traceback", lineno, line.strip(), detail)
+        if len(line.strip()) >= _WRAPPED_AT and self.events and self.events[-1].line == lineno:
+            self._cont = [self.events[-1], lineno]
 
     def _cut(self) -> None:
         """A traceback whose exception line never came (the excerpt or the capture ends inside it)."""
