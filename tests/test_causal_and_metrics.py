@@ -173,3 +173,26 @@ def test_ctrl_c_while_waiting_for_batches_is_a_data_stall_and_elsewhere_an_inter
         "    return forward_call(*args, **kwargs)"])
     d = analyze_run(parse_text(computing))
     assert d.primary.rule == "INT001" and d.primary.category == "interrupted"
+
+
+def _closing(sig: str) -> str:
+    return "\n".join(
+        [f"WARNING:torch.distributed.elastic.multiprocessing.api:Sending process {4100 + i} closing signal {sig}"
+         for i in range(3)] + [
+            "Traceback (most recent call last):",
+            '  File "/opt/conda/bin/torchrun", line 8, in <module>',
+            "    sys.exit(main())",
+            '  File "/opt/conda/lib/python3.10/site-packages/torch/distributed/run.py", line 762, in main',
+            "    run(args)",
+            '  File "/opt/conda/lib/python3.10/site-packages/torch/distributed/launcher/api.py", line 237, in launch_agent',
+            "    result = agent.run()",
+        ]) + "\n"
+
+
+def test_a_signal_torchrun_forwarded_to_its_workers_is_an_interruption():
+    # the agent sends a worker anything but SIGTERM only when it received that signal itself
+    diag = analyze_run(parse_text(_closing("SIGHUP")))
+    assert diag.primary.category == "interrupted" and diag.primary.rule == "INT001"
+    assert "SIGHUP" in diag.features["stop_signal"]
+    # SIGTERM is its default after a worker failed: no signal is claimed from it
+    assert analyze_run(parse_text(_closing("SIGTERM"))).features.get("stop_signal") is None

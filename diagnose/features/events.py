@@ -245,6 +245,13 @@ def _sig(ctx: Ctx):
             continue  # torchrun's table: a rank it stopped itself (its 'closing signal') after another rank failed
         name = e.detail.get("name") or {1: "SIGHUP", 2: "SIGINT", 9: "SIGKILL", 15: "SIGTERM"}.get(e.detail.get("signal"))
         return (name or "signal"), [_ref(e)]
+    # torchrun's agent stops its workers with SIGTERM after one failed (LocalElasticAgent._shutdown's default); it
+    # sends any other signal only when it received that one itself (agent/server/api.py: 'Received %s death signal',
+    # then self._shutdown(e.sigval)): 'closing signal SIGHUP' is the hang-up the launching shell got
+    for e in _events(ctx, "closing_signal"):
+        name = e.detail.get("name")
+        if name in ("SIGHUP", "SIGINT", "SIGQUIT", "SIGUSR1", "SIGUSR2"):
+            return f"{name} (torchrun forwarded it to its workers)", [_ref(e)]
     return None
 
 
