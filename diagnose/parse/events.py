@@ -140,7 +140,11 @@ def _flushes_detail(m: re.Match[str], line: str) -> dict[str, Any]:
 _NATIVE = (("Segmentation fault", "SIGSEGV"), ("Aborted", "SIGABRT"), ("Floating point exception", "SIGFPE"),
            ("Illegal instruction", "SIGILL"), ("illegal memory access", "a CUDA illegal memory access"),
            ("misaligned address", "a CUDA misaligned address"), ("unspecified launch failure", "a CUDA launch failure"),
-           ("illegal instruction", "a CUDA illegal instruction"))
+           ("illegal instruction", "a CUDA illegal instruction"),
+           # bash's text in the user's locale (glibc libc.mo), see signatures.yaml native_crash
+           ("段错误", "SIGSEGV"), ("區段錯誤", "SIGSEGV"), ("세그멘테이션 오류", "SIGSEGV"), ("Speicherzugriffsfehler", "SIGSEGV"),
+           ("Erreur de segmentation", "SIGSEGV"), ("Violación de segmento", "SIGSEGV"), ("Ошибка сегментирования", "SIGSEGV"),
+           ("已放弃", "SIGABRT"))
 _NATIVE_CODES = {-11: "SIGSEGV", -6: "SIGABRT", -8: "SIGFPE", -4: "SIGILL", 139: "SIGSEGV", 134: "SIGABRT"}
 
 
