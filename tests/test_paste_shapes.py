@@ -17,6 +17,8 @@ CASES = yaml.safe_load((Path(__file__).parent / "data" / "paste_shapes.yaml").re
 def _eq(got, want) -> bool:
     if isinstance(want, float) and math.isinf(want):
         return got == want
+    if isinstance(want, float) and math.isnan(want):
+        return isinstance(got, float) and math.isnan(got)
     if isinstance(want, float):
         return got is not None and abs(got - want) <= 1e-9 * max(1.0, abs(want))
     return got == want

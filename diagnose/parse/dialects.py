@@ -176,7 +176,7 @@ SYNONYMS: dict[str, tuple[str, str | None]] = {
     "loss": ("loss", None), "train_loss": ("loss", None), "lm_loss": ("loss", None), "total_loss": ("loss", None),
     "train/loss": ("loss", None), "training_loss": ("loss", None), "loss_avg": ("loss", None),
     "average_loss": ("loss", None), "avg_loss": ("loss", None), "step_loss": ("loss", None),
-    "lr": ("lr", None), "learning_rate": ("lr", None), "train/lr": ("lr", None),
+    "lr": ("lr", None), "learning_rate": ("lr", None), "learningrate": ("lr", None), "train/lr": ("lr", None),
     "grad_norm": ("grad_norm", None), "gnorm": ("grad_norm", None), "grad norm": ("grad_norm", None),
     "train/grad_norm": ("grad_norm", None),
     "time": ("step_time_s", "s"), "iter_time": ("step_time_s", "s"), "batch_time": ("step_time_s", "s"),
@@ -208,6 +208,7 @@ _PIPE_SEG = re.compile(r"^\s*([A-Za-z][A-Za-z _()/.-]{0,40}?)\s+(-?(?:\d[\d,]*\.
 
 
 _PIPE_SPLIT = re.compile(r"\|")
+_COLUMNS = re.compile(r"\s{3,}")
 _LIST_SPLIT = re.compile(r",\s+|;\s*")  # ', ' and ';' - never the ',' inside '1,234'
 # one-word `name value` pairs inside a list segment ('epoch 1 iter 300: loss nan'), groups as _PIPE_SEG's
 _WORD_PAIR = re.compile(r"(?<![\w.])([A-Za-z][A-Za-z_]{1,30}):?\s+(-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|-?inf)"
@@ -259,8 +260,17 @@ class GenericRows:
             return False
         kv: dict[str, tuple[str, str | None]] = {}
         if line.count(":") + line.count("=") >= _MIN_PAIRS:
-            for k, v, suf in _KV.findall(line):
-                kv.setdefault(_norm_key(k), (v, suf or None))
+            # columns set apart by runs of spaces mix 'Epoch: 0' with 'Loss nan' (arcface_torch): read them one by one
+            for seg in _COLUMNS.split(line) if "   " in line else (line,):
+                m = _PIPE_SEG.match(seg) if ":" not in seg and "=" not in seg else None
+                if m:
+                    kv.setdefault(_norm_key(m.group(1)), (m.group(2), m.group(4)))
+                    continue
+                for k, v, suf in _KV.findall(seg):
+                    k = _norm_key(k)
+                    if k not in SYNONYMS and k.replace(" ", "_") in SYNONYMS:
+                        k = k.replace(" ", "_")  # 'Global Step: 20'
+                    kv.setdefault(k, (v, suf or None))
         if len(kv) < _MIN_PAIRS and line.count("|") >= _MIN_PAIRS - 1:
             kv = _pipe_pairs(line)
         if len(kv) < _MIN_PAIRS and ("," in line or ";" in line):

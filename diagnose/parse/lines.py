@@ -107,6 +107,23 @@ def _clock_s(text: str) -> float | None:
     return total
 
 
+_WRAPPED_SEG = re.compile(r"^\s*([A-Za-z][A-Za-z _()/.-]{0,60}?)\s*:\s*(-?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+                          r"(?:\s*(?:ms|s|MB|MiB|GB|GiB|%))?|nan|NaN|-?inf)\s*$")
+
+
+def _wrapped_pairs(s: str) -> dict[str, str]:
+    """`loss scale: 1.0 | grad norm: nan |`: a line made only of `key: number` segments (split by '|' or ', '),
+    else {}."""
+    segs = [g for g in re.split(r"\||,\s+", s) if g.strip()]
+    out: dict[str, str] = {}
+    for g in segs:
+        m = _WRAPPED_SEG.match(g)
+        if not m:
+            return {}
+        out.setdefault(m.group(1).strip(), m.group(2))
+    return out
+
+
 # The line recognisers, tried in this order on each non-step line: (name, needles - a cheap prefilter,
 # the line must hold one of them -, handler method).  A handler returns True when the line was its kind.
 # Each has its line cases in tests/data/line_cases.yaml.
@@ -176,6 +193,8 @@ class InfoScanner:
         self.dialect_rows: list[tuple[int, Any]] = []  # (line, DialectRow): other trainers' step rows (parse.dialects)
         self.generic = GenericRows()  # `key: number` lines of a dialect the table does not know
         self.bar_rows: list[dict[str, Any]] = []  # every training tqdm bar update: step, total, s/it
+        # a step row the paste or the terminal wrapped: [last line, the Megatron row dict or the DialectRow, lines]
+        self._row_cont: list[Any] | None = None
 
     # --- args dump (multi-line) -------------------------------------------------
     def _args_feed(self, lineno: int, s: str) -> bool:
@@ -230,7 +249,38 @@ class InfoScanner:
                 hay = raw if handler == "_bars" else s
                 if any(n in hay for n in needles) and getattr(self, handler)(lineno, s, raw):
                     return
+        if self._row_cont is not None and self._continue_row(lineno, s):
+            return
         self.generic.feed(lineno, s)  # nothing claimed it: perhaps a step row of a dialect the table does not know
+
+    def _continue_row(self, lineno: int, s: str) -> bool:
+        """The next line of a step row wrapped over several lines ('iteration 5/50 | elapsed time per iteration: ...
+        |' then 'loss scale: 1.0 | grad norm: nan |'): a line right after the row made only of `key: number`
+        segments adds its fields to that row (at most 4 lines)."""
+        last, row, n = self._row_cont
+        self._row_cont = None
+        if lineno != last + 1 or n >= 4:
+            return False
+        pairs = _wrapped_pairs(s)
+        if not pairs:
+            return False
+        if isinstance(row, dict):  # a Megatron row: raw segments, read by StepRows.add_megatron
+            for k, v in pairs.items():
+                row.setdefault(k, v)
+        else:  # another trainer's row: canonical fields
+            from diagnose.parse.dialects import SYNONYMS, convert
+
+            vals = {}
+            for k, v in pairs.items():
+                k = k.lower()
+                canon = SYNONYMS.get(k) or SYNONYMS.get(k.replace(" ", "_"))
+                if canon and canon[0] not in row.values:
+                    num = convert(v.split()[0], canon[1])
+                    if num is not None:
+                        row.values[canon[0]] = vals[canon[0]] = num
+            self.note_nonfinite(lineno, vals)
+        self._row_cont = [lineno, row, n + 1]
+        return True
 
     # --- the recognisers (see RECOGNISERS): (lineno, normalised line, raw line) -> consumed? -----
     def _environment(self, lineno: int, s: str, raw: str) -> bool:
@@ -435,6 +485,7 @@ class InfoScanner:
         if row is None:
             return False
         self.dialect_rows.append((lineno, row))
+        self._row_cont = [lineno, row, 0] if row.kind == "train" and s.rstrip().endswith(("|", ",")) else None
         v = row.values
         self.note_nonfinite(lineno, v)
         if row.kind == "train" and v.get("step_time_s") and v.get("data_time_s") is not None:
@@ -555,6 +606,7 @@ class InfoScanner:
             k, _, v = seg.partition(":")
             row[k.strip()] = v.strip()
         self.megatron_rows.append(row)
+        self._row_cont = [lineno, row, 0] if s.rstrip().endswith("|") else None
         self.run.recognized = True
 
     def _bars(self, lineno: int, s: str, raw: str) -> bool:

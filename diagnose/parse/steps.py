@@ -13,6 +13,7 @@ interval covers training start (warm-up included).  Non-positive -> NaN.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -177,6 +178,9 @@ class StepRows:
                         row[col] = float(n)
                     break
         ms = to_number(r.get("elapsed time per iteration (ms)"))
+        if ms is None and isinstance(r.get("elapsed time per iteration"), str):  # Megatron-Bridge: '21392.5 ms'
+            m = re.match(r"\s*(\d+(?:\.\d+)?)\s*ms\b", r["elapsed time per iteration"])
+            ms = float(m.group(1)) if m else None
         if ms is not None:
             row["interval_s"] = float(ms) / 1000.0
             row["_kind"] = _KIND_INTERVAL
