@@ -101,3 +101,24 @@ def test_chatty_kinds_fold_into_one_event():
     sc.finish()
     (ev,) = sc.events
     assert ev.kind == "nccl_info" and ev.detail["repeats"] == 199
+
+
+def test_an_exception_the_interpreter_ignored_is_not_a_crash():
+    lines = ["Exception in thread Thread-3 (producer):",
+             "Traceback (most recent call last):",
+             '  File "/x/site-packages/lhotse/dataset/sampling/dynamic_bucketing.py", line 744, in producer',
+             "    cuts = next(self.cuts_iter)",
+             "TypeError: 'NoneType' object is not an iterator",
+             "Exception ignored in: <function DynamicBucketer.__del__ at 0x7fca87762ef0>",
+             "Traceback (most recent call last):",
+             '  File "/x/site-packages/lhotse/dataset/sampling/dynamic_bucketing.py", line 784, in __del__',
+             "    self._producer_thread.join()",
+             "RuntimeError: cannot join current thread",
+             "Exception ignored in atexit callback: <function _MultiProcessingDataLoaderIter._clean_up_worker at 0x7f>",
+             "Traceback (most recent call last):",
+             '  File "/x/site-packages/torch/utils/data/dataloader.py", line 1703, in _clean_up_worker']
+    sc = EventScanner("t")
+    for n, ln in enumerate(lines, 1):
+        sc.feed(n, ln)
+    sc.finish()
+    assert [(e.kind, e.line) for e in sc.events] == [("traceback", 5)]  # the destructor's and the exit handler's are not

@@ -8,7 +8,8 @@ confidence, the emitting source and line cases), plus `traceback` (an exception
 line no signature claims, also when the paste kept only that line) and
 `traceback_cut` (a traceback whose exception line is not in the text: the
 excerpt ends inside it).  A Python traceback whose final exception line carries a
-specific kind is reported only as that kind.  Call `finish()` at the end of input.
+specific kind is reported only as that kind; one CPython printed after 'Exception ignored in ...' (a destructor,
+an exit handler) is none, and an exception line the terminal wrapped keeps its next lines (`detail["more"]`).  Call `finish()` at the end of input.
 Repeats of the same (kind, text) - one per rank - are folded into the first
 event (`detail["repeats"]`).
 """
@@ -246,6 +247,10 @@ class EventScanner:
         self._causes: list[dict[str, Any]] = []  # set by 'The above exception was the direct cause ...'
         self._rank: int | None = None  # rank of the line being read
         self._cont: list[Any] | None = None  # [event, last line] of an exception line whose message may go on
+        # CPython's 'Exception ignored in: <function X.__del__>' / '... in atexit callback': the traceback after it is
+        # cleanup the interpreter reported and went on from (a destructor, an exit handler), never what stopped the run
+        self._ignored_next = False
+        self._tb_ignored = False
 
     def _add(self, kind: str, lineno: int, text: str, detail: dict[str, Any] | None = None, fold_kind: bool = False) -> None:
         text = text.strip()[:500]
@@ -307,10 +312,14 @@ class EventScanner:
             # a chained exception follows: the one just printed is its cause
             self._causes = self._causes_of_last + ([self._last_exc] if self._last_exc else [])
             return
+        if line.startswith("Exception ignored in"):
+            self._ignored_next = True
+            return
         if "Traceback (most recent call last)" in line:
             self._in_tb = True
             self._tb_start = lineno
             self._frames = []
+            self._tb_ignored, self._ignored_next = self._ignored_next, False
             return
         fm = _FRAME_AT.match(line)
         if fm:
@@ -339,6 +348,9 @@ class EventScanner:
                 self._cut()
             return
         self._in_tb = False
+        if self._tb_ignored:  # an exception the interpreter ignored: not a crash
+            self._tb_ignored, self._causes = False, []
+            return
         causes, self._causes = self._causes, []
         self._last_exc, self._causes_of_last = {"line": lineno, "text": line.strip()[:300]}, causes
         if lineno in self._lines_with_event:
@@ -359,6 +371,9 @@ class EventScanner:
     def _cut(self) -> None:
         """A traceback whose exception line never came (the excerpt or the capture ends inside it)."""
         self._in_tb = False
+        if self._tb_ignored:
+            self._tb_ignored = False
+            return
         if self._frames:
             last = self._frames[-1]
             self._add("traceback_cut", last["at"], f'File "{last["file"]}", line {last["line"]}, in {last["func"]}',
