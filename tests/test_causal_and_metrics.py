@@ -196,3 +196,21 @@ def test_a_signal_torchrun_forwarded_to_its_workers_is_an_interruption():
     assert "SIGHUP" in diag.features["stop_signal"]
     # SIGTERM is its default after a worker failed: no signal is claimed from it
     assert analyze_run(parse_text(_closing("SIGTERM"))).features.get("stop_signal") is None
+
+
+def _bars(rates: list[float]) -> str:
+    out, el = [], 0.0
+    for i, r in enumerate(rates, 1):
+        el += 100 * r
+        out.append(f"steps:  {i}%|█         | {i * 100}/10000 [{int(el // 3600)}:{int(el % 3600 // 60):02d}:"
+                   f"{int(el % 60):02d}<10:00:00, {r:.2f}s/it, avr_loss=0.0056]")
+    return "\n".join(out) + "\n"
+
+
+def test_a_run_that_keeps_slowing_down_leans_memory():
+    diag = analyze_run(parse_text(_bars([2.1, 2.9, 3.8, 4.6, 5.9, 7.2])))
+    assert diag.features["step_time_growth_x"] >= 1.5
+    assert (diag.primary.category, diag.primary.rule, diag.primary.confidence) == ("memory_bandwidth", "MB007", "weak")
+    # a steady run, and one whose speed only swings, are not slowing down
+    assert analyze_run(parse_text(_bars([2.1, 2.0, 2.2, 2.1, 2.0, 2.1]))).features.get("step_time_growth_x", 0) < 1.5
+    assert analyze_run(parse_text(_bars([2.1, 6.0, 2.0, 2.2, 6.1, 2.1]))).features.get("step_time_growth_x") is None

@@ -74,6 +74,22 @@ def _trend(ctx: Ctx):
     return float((b - a) / a) if a > 0 else None
 
 
+@feature("step_time_growth_x", "ratio",
+         "How many times slower the last third of the intervals is than the first (medians), when the step time grows "
+         "steadily (each third no faster than the one before; needs >= 3 intervals), else unknown.", FAMILY)
+def _growth(ctx: Ctx):
+    iv, ln = _intervals(ctx)
+    if len(iv) < 3:
+        return None
+    k = max(1, len(iv) // 3)
+    a, b = float(np.median(iv[:k])), float(np.median(iv[-k:]))
+    mid = iv[k:len(iv) - k]
+    m = float(np.median(mid)) if len(mid) else (a + b) / 2
+    if not (0 < a <= m <= b):
+        return None
+    return b / a, [int(ln[0]), int(ln[-1])]
+
+
 @feature("step_time_swing_frac", "fraction", "Share of intervals more than 30% away from the median (speed swinging).", FAMILY)
 def _swing(ctx: Ctx):
     iv, ln = _intervals(ctx)
