@@ -214,3 +214,24 @@ def test_a_run_that_keeps_slowing_down_leans_memory():
     # a steady run, and one whose speed only swings, are not slowing down
     assert analyze_run(parse_text(_bars([2.1, 2.0, 2.2, 2.1, 2.0, 2.1]))).features.get("step_time_growth_x", 0) < 1.5
     assert analyze_run(parse_text(_bars([2.1, 6.0, 2.0, 2.2, 6.1, 2.1]))).features.get("step_time_growth_x") is None
+
+
+def _megatron_block(it: int, fb: float, bg: float) -> list[str]:
+    return [f" iteration {it:8d}/    1000 | consumed samples: {it * 512:12d} | elapsed time per iteration (ms): "
+            f"{fb + 300:.1f} | learning rate: 1.0E-05 | global batch size:   512 | lm loss: 5.0E+00 | loss scale: 1.0 |"
+            " grad norm: 1.0 | number of skipped iterations:   0 | number of nan iterations:   0 |",
+            "(min, max) time across ranks (ms):",
+            f"    forward-backward ...............................: ({fb - 100:.2f}, {fb:.2f})",
+            f"    batch-generator ................................: ({bg * 0.9:.2f}, {bg:.2f})",
+            "    optimizer ......................................: (290.00, 300.00)"]
+
+
+def test_megatron_timer_blocks_give_the_data_wait():
+    # batch-generator runs inside forward-backward (pretrain_gpt.py forward_step -> get_batch)
+    slow = "\n".join(_megatron_block(10, 8600, 6500) + _megatron_block(20, 8700, 6600)) + "\n"
+    run = parse_text(slow)
+    assert len(run.iter_times) == 2
+    diag = analyze_run(run)
+    assert diag.primary.category == "data_loading" and 0.7 < diag.features["data_time_frac"] < 0.8
+    fast = "\n".join(_megatron_block(10, 2400, 3.5) + _megatron_block(20, 2400, 3.4)) + "\n"
+    assert analyze_run(parse_text(fast)).features["data_time_frac"] < 0.01

@@ -46,6 +46,7 @@ class DialectRow:
     trainer: str
     kind: str
     values: dict[str, float] = field(default_factory=dict)
+    label: str | None = None  # the row's own name where the dialect prints one (a timer: 'batch-generator')
 
 
 def _hms(text: str) -> float | None:
@@ -166,7 +167,7 @@ def match_dialect(line: str) -> DialectRow | None:
             if v is not None:
                 vals[canon] = v
         if vals:
-            return DialectRow(d.name, d.trainer, d.kind, vals)
+            return DialectRow(d.name, d.trainer, d.kind, vals, gd.get("name"))
     return None
 
 

@@ -195,6 +195,7 @@ class InfoScanner:
         self.bar_rows: list[dict[str, Any]] = []  # every training tqdm bar update: step, total, s/it
         # a step row the paste or the terminal wrapped: [last line, the Megatron row dict or the DialectRow, lines]
         self._row_cont: list[Any] | None = None
+        self._timer_block: dict[str, Any] | None = None  # the Megatron timer rows being read (see _timer_row)
 
     # --- args dump (multi-line) -------------------------------------------------
     def _args_feed(self, lineno: int, s: str) -> bool:
@@ -485,12 +486,34 @@ class InfoScanner:
         if row is None:
             return False
         self.dialect_rows.append((lineno, row))
+        if row.kind == "timers" and row.label:
+            self._timer_row(lineno, row.label, row.values.get("step_time_s"))
         self._row_cont = [lineno, row, 0] if row.kind == "train" and s.rstrip().endswith(("|", ",")) else None
         v = row.values
         self.note_nonfinite(lineno, v)
         if row.kind == "train" and v.get("step_time_s") and v.get("data_time_s") is not None:
             self.run.iter_times.append({"line": lineno, "time_s": v["step_time_s"], "data_time_s": v["data_time_s"]})
         return True
+
+    def _timer_row(self, lineno: int, name: str, seconds: float | None) -> None:
+        """Megatron's timer block (megatron/core/timers.py, one row a line, max across ranks): 'batch-generator' runs
+        inside 'forward-backward' (pretrain_gpt.py forward_step -> get_batch), so a block that has both gives an
+        iteration's time (forward-backward + optimizer) and its data wait, read like any trainer's data_time."""
+        blk = self._timer_block
+        if blk is None or lineno != blk["_last"] + 1:
+            self._flush_timers()
+            blk = self._timer_block = {"_first": lineno}
+        blk["_last"] = lineno
+        if seconds is not None:
+            blk.setdefault(name, seconds)
+
+    def _flush_timers(self) -> None:
+        blk, self._timer_block = self._timer_block, None
+        if blk and "forward-backward" in blk and "batch-generator" in blk:
+            total = blk["forward-backward"] + blk.get("optimizer", 0.0)
+            if total > 0:
+                self.run.iter_times.append({"line": blk["_first"], "time_s": total,
+                                            "data_time_s": min(blk["batch-generator"], total)})
 
     def _data_time(self, lineno: int, s: str, raw: str) -> bool:
         m = _DATA_TIME.search(s)
@@ -597,6 +620,7 @@ class InfoScanner:
     def finish(self) -> None:
         """End of input: an object still open is kept as far as it was read."""
         self._pretty_flush()
+        self._flush_timers()
 
     def _megatron(self, lineno: int, s: str, m: re.Match[str]) -> None:
         row: dict[str, Any] = {"_line": lineno, "step": int(m.group(1)), "max_steps": int(m.group(2))}
