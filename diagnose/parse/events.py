@@ -75,6 +75,11 @@ def _timeout_detail(m: re.Match[str], line: str) -> dict[str, Any]:
     return d
 
 
+# bash's job report for SIGTERM and SIGHUP in the user's locale (glibc libc.mo; see signatures.yaml)
+_TERMINATED = {"Terminated", "已终止", "終止", "종료됨", "Beendet", "Завершено", "Terminado", "Terminato"}
+_HANGUP = {"Hangup", "挂起", "掛斷", "끊어짐", "Aufgelegt"}
+
+
 def _signal_detail(m: re.Match[str], line: str) -> dict[str, Any]:
     num = re.search(r"(?:signal:?|Received|Signal)\s*(\d+)", line)
     name = re.search(r"SIG(HUP|INT|TERM|KILL|ABRT|BUS|SEGV)", line)
@@ -85,10 +90,12 @@ def _signal_detail(m: re.Match[str], line: str) -> dict[str, Any]:
         d["name"] = "SIG" + name.group(1)
     elif "KeyboardInterrupt" in line or line.lstrip().startswith("^C"):
         d["name"] = "SIGINT"
-    elif line.strip() == "Terminated":
+    elif line.strip() in _TERMINATED:
         d["name"] = "SIGTERM"
-    elif line.strip() == "Hangup":
+    elif line.strip() in _HANGUP:
         d["name"] = "SIGHUP"
+    elif line.rstrip().endswith("^C"):  # the terminal's echo of Ctrl-C glued to a progress bar
+        d["name"] = "SIGINT"
     elif "closed by remote host" in line or "send disconnect" in line or "packet_write_wait" in line:
         d["name"] = "SIGHUP (the ssh session that ran the job dropped)"
     elif "CANCELLED AT" in line:
