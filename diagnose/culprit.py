@@ -48,7 +48,7 @@ from diagnose.models import Event, Run
 OWN = {"cuda_oom": "oom", "host_oom": "oom", "bus_error": "bus_error", "nan_signature": "nan", "config_error": "config",
        "bad_args": "config", "dataset_error": "unknown", "remote_media": "data_loading", "broken_media": "data_loading",
        "traceback": "unknown"}
-COLLECTIVE = {"nccl_timeout", "nccl_error", "nccl_stuck", "dist_init_timeout"}
+COLLECTIVE = {"nccl_timeout", "nccl_error", "nccl_stuck", "nccl_failed", "dist_init_timeout"}
 _SIGNALS = {-6: "SIGABRT", -7: "SIGBUS", -9: "SIGKILL", -11: "SIGSEGV", -15: "SIGTERM", -1: "SIGHUP", -2: "SIGINT"}
 
 

@@ -158,7 +158,7 @@ def _rate_last(ctx: Ctx):
     return r.get("rate_per_s") if r else None
 
 
-_COLLECTIVE_FAILURES = ("nccl_timeout", "nccl_stuck", "dist_init_timeout", "nccl_error")
+_COLLECTIVE_FAILURES = ("nccl_timeout", "nccl_stuck", "dist_init_timeout", "nccl_error", "nccl_failed")
 
 
 @feature("preprocess_when_collective_failed", "text",
