@@ -235,3 +235,12 @@ def test_megatron_timer_blocks_give_the_data_wait():
     assert diag.primary.category == "data_loading" and 0.7 < diag.features["data_time_frac"] < 0.8
     fast = "\n".join(_megatron_block(10, 2400, 3.5) + _megatron_block(20, 2400, 3.4)) + "\n"
     assert analyze_run(parse_text(fast)).features["data_time_frac"] < 0.01
+
+
+def test_any_programs_argparse_error_is_a_rejected_flag():
+    for line, want in [("run_clm.py: error: argument --model_name_or_path: expected one argument", ["--model_name_or_path"]),
+                       ("train.py: error: the following arguments are required: --data_path, --output_dir",
+                        ["--data_path", "--output_dir"])]:
+        diag = analyze_run(parse_text(line + "\n"))
+        assert (diag.primary.category, diag.primary.rule) == ("config", "CFG006")
+        assert diag.features["rejected_flags"] == want

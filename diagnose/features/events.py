@@ -333,7 +333,8 @@ def _cfg_msg(ctx: Ctx):
     return None
 
 
-@feature("rejected_flags", "list", "Flags ms-swift refused at argument parsing (from `remaining_argv: [...]`).", FAMILY)
+@feature("rejected_flags", "list", "Flags the argument parser refused (ms-swift's `remaining_argv: [...]`, argparse's "
+         "'error: argument --x: ...'; the error itself when it names no flag).", FAMILY)
 def _rejected(ctx: Ctx):
     import re
 
@@ -341,7 +342,11 @@ def _rejected(ctx: Ctx):
     lines: list[int] = []
     for e in ctx.run.events:
         if e.kind == "bad_args":
-            out += [f for f in re.findall(r"'(--[\w.-]+)'", e.text) if f not in out]
+            flags = re.findall(r"'(--[\w.-]+)'", e.text)  # ms-swift's remaining_argv: ['--x', ...]
+            if not flags and "error:" in e.text:  # argparse's 'PROG: error: argument --x: expected one argument'
+                msg = e.text.split("error:", 1)[1]
+                flags = re.findall(r"(?<![\w-])(--?[A-Za-z][\w.-]*)", msg) or [msg.strip()[:200]]
+            out += [f for f in flags if f not in out]
             lines.append(_ref(e))
     return (out, lines) if out else ([] if ctx.run.recognized else None)
 
