@@ -198,3 +198,20 @@ def test_a_qualified_exception_class_printed_alone_is_read():
     assert (diag.primary.category, diag.primary.confidence) == ("config", "certain")
     # prose that merely names a module attribute is not an exception line
     assert _typed("see torch.Tensor for details\n") is None
+
+
+def test_a_cut_traceback_leans_on_the_call_its_last_frame_was_making():
+    # indentation lost in the paste, the excerpt ends mid-word: the last frame was calling the dataset loader
+    cut = """Traceback (most recent call last):
+File "/opt/app/src/mytrainer/train/workflow.py", line 51, in run_sft
+dataset_module = get_dataset(template, model_args, data_args)
+^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+Fi"""
+    run = parse_text(cut + "\n")
+    assert [e.kind for e in run.events] == ["traceback_cut"]  # 'Fi' is no exception class
+    assert run.events[0].detail["frames"][-1]["code"].startswith("dataset_module = get_dataset(")
+    diag = analyze_run(run)
+    assert (diag.primary.category, diag.primary.confidence) == ("data_loading", "weak")
+    # a call that says nothing leaves it unexplained
+    other = cut.replace("get_dataset(template, model_args, data_args)", "build_trainer(model_args)")
+    assert analyze_run(parse_text(other + "\n")).primary.category == "unknown"

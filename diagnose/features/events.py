@@ -128,13 +128,23 @@ def _cut_lean(ctx: Ctx):
         return None
     ev = cuts[-1]
     for fr in reversed(ev.detail.get("frames") or []):
-        probe = TypedException("", "", fr.get("file"), fr.get("func"), ev.line)
-        m = classify_one(probe) or classify_one(probe, shape=True)
-        if m is not None and m.generic:
-            lean = Meaning(id=m.id, category=m.category, confidence="weak",
-                           explain="the traceback is cut before its exception line: only where it was raised is known")
-            return probe, lean, probe, ev
+        # the frame itself, then the function its source line was calling ('dataset = get_dataset(...)')
+        funcs = [fr.get("func")] + _callees(fr.get("code") or "")
+        for func in funcs:
+            probe = TypedException("", "", fr.get("file"), func, ev.line)
+            m = classify_one(probe) or classify_one(probe, shape=True)
+            if m is not None and m.generic:
+                lean = Meaning(id=m.id, category=m.category, confidence="weak",
+                               explain="the traceback is cut before its exception line: only where it was raised is known")
+                return probe, lean, probe, ev
     return None
+
+
+def _callees(code: str) -> list[str]:
+    """The functions a frame's source line calls, outermost first ('x = get_dataset(a, f(b))' -> get_dataset, f)."""
+    import re
+
+    return [m.rsplit(".", 1)[-1] for m in re.findall(r"([A-Za-z_][\w.]*)\s*\(", code)][:3]
 
 
 @feature("crash_category", "enum",

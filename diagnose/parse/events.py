@@ -222,6 +222,7 @@ _PREFILTER = any_of(n.lower() for s in SIGNATURE_TABLE for n in s.needles)
 _SIG_NEEDLES = [frozenset(n.lower() for n in s.needles) for s in SIGNATURE_TABLE]
 _ALL_NEEDLES = tuple(sorted(frozenset().union(*_SIG_NEEDLES)))
 _EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure|Warning)?)(?::\s?(.*))?$")
+_CLASS_ALONE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Iteration|Quit|Failure|Warning)$")
 _FRAME = re.compile(r"^\s+|^\s*File \"|^\s*\^+\s*$|^During handling|^The above exception|^\s*$|^\s*\[Previous line repeated")
 _FRAME_AT = re.compile(r'^\s*(?:File ")?([^"\s]*\.py|<[^>]+>)", line (\d+), in (\S+)')
 # an exception line printed on its own (the paste kept only the last line of a traceback)
@@ -350,7 +351,13 @@ class EventScanner:
                 self._frames[-1]["code"] = code[:200]  # the frame's own source line ('with args.main_process_first(')
             return
         m = _EXC_LINE.match(line.strip())
+        if m and m.group(2) is None and ":" not in line and not _CLASS_ALONE.match(line.strip()):
+            m = None  # a bare word is an exception line only when it is named like one ('StopIteration', 'bdb.BdbQuit')
         if not m:
+            if self._frames and lineno == self._last_frame_line + 1 and "code" not in self._frames[-1] \
+                    and line.strip() and not line.strip().startswith(("^", "~")):
+                self._frames[-1]["code"] = line.strip()[:200]  # a paste that lost the indentation of the source line
+                return
             if not self._frames or lineno - self._last_frame_line > 3:  # the traceback is over, its end not printed
                 self._cut()
             return
