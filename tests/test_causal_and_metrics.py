@@ -244,3 +244,14 @@ def test_any_programs_argparse_error_is_a_rejected_flag():
         diag = analyze_run(parse_text(line + "\n"))
         assert (diag.primary.category, diag.primary.rule) == ("config", "CFG006")
         assert diag.features["rejected_flags"] == want
+
+
+def test_ctrl_c_after_the_run_ended_is_not_an_interruption():
+    rows = "\n".join(f"{{'loss': {2.0 - i / 10:.2f}, 'grad_norm': 0.4, 'learning_rate': 0.0003, 'epoch': {i / 4:.2f}}}"
+                     for i in range(1, 6))
+    summary = ("{'train_runtime': 177.98, 'train_samples_per_second': 13.2, 'train_steps_per_second': 0.1, "
+               "'train_loss': 2.05, 'epoch': 1.25}")
+    after = analyze_run(parse_text(f"{rows}\n{summary}\nTraining complete!\n^C\n"))
+    assert after.features.get("stop_signal") is None and after.primary.category == "healthy"
+    before = analyze_run(parse_text(f"{rows}\n^C\nTraceback (most recent call last):\nKeyboardInterrupt\n"))
+    assert before.primary.category == "interrupted"

@@ -250,7 +250,10 @@ def _oom_after(ctx: Ctx):
 @feature("stop_signal", "text", "Signal that ended the run (SIGTERM, SIGHUP, SIGINT, SIGKILL) when the logs say so.", FAMILY)
 def _sig(ctx: Ctx):
     closing = {(e.file, e.line) for e in _events(ctx, "closing_signal")}
+    run = ctx.run
     for e in _events(ctx, "signal"):
+        if run.ended and run.end_line is not None and e.line > run.end_line and e.file in (None, run.line_file):
+            continue  # after the run's own end (its summary, 'End time of running main'): the user closing the app
         if "received by PID" in e.text and any(f == e.file and ln < e.line for f, ln in closing):
             continue  # torchrun's table: a rank it stopped itself (its 'closing signal') after another rank failed
         name = e.detail.get("name") or {1: "SIGHUP", 2: "SIGINT", 9: "SIGKILL", 15: "SIGTERM"}.get(e.detail.get("signal"))

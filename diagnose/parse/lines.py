@@ -426,6 +426,7 @@ class InfoScanner:
 
     def _end(self, lineno: int, s: str, raw: str) -> bool:
         self.run.ended = True
+        self.run.end_line = self.run.end_line or lineno
         return True
 
     def _start(self, lineno: int, s: str, raw: str) -> bool:
@@ -558,6 +559,7 @@ class InfoScanner:
         if "train_runtime" in d:
             run.summary = d
             run.ended = True
+            run.end_line = run.end_line or lineno
             return True
         if any(k.startswith("eval_") for k in d):
             d["_line"] = lineno
