@@ -15,6 +15,7 @@ The verdict carries a confidence: certain (the category's own signature), probab
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -209,6 +210,12 @@ def _at_work(run: Run, feats: dict[str, Any]) -> str:
         signs.append(f"{len(run.evals)} evaluation row(s)")
     if run.checkpoints:
         signs.append(f"{len(run.checkpoints)} checkpoint(s) saved")
+    summary = run.summary or {}
+    loss = summary.get("train_loss")
+    if summary and (loss is None or isinstance(loss, (int, float)) and math.isfinite(loss)):
+        rt = summary.get("train_runtime")
+        signs.append("the trainer's final summary" + (f" ({rt:.0f} s" if isinstance(rt, (int, float)) else " (")
+                     + (f", train_loss {loss:.4g})" if loss is not None else ")"))
     return "; ".join(signs)
 
 

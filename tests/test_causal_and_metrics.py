@@ -255,3 +255,13 @@ def test_ctrl_c_after_the_run_ended_is_not_an_interruption():
     assert after.features.get("stop_signal") is None and after.primary.category == "healthy"
     before = analyze_run(parse_text(f"{rows}\n^C\nTraceback (most recent call last):\nKeyboardInterrupt\n"))
     assert before.primary.category == "interrupted"
+
+
+def test_the_trainers_final_summary_alone_is_a_finished_run():
+    summary = ("{'train_runtime': 4744.9, 'train_samples_per_second': 32.9, 'train_steps_per_second': 0.26, "
+               "'train_loss': LOSS, 'epoch': 3.0}\n")
+    done = analyze_run(parse_text(summary.replace("LOSS", "0.7364")))
+    assert (done.primary.category, done.primary.confidence) == ("healthy", "weak")
+    assert "final summary" in done.primary.summary
+    bad = analyze_run(parse_text(summary.replace("LOSS", "nan")))
+    assert bad.primary.category == "nan"

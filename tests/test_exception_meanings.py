@@ -215,3 +215,25 @@ Fi"""
     # a call that says nothing leaves it unexplained
     other = cut.replace("get_dataset(template, model_args, data_args)", "build_trainer(model_args)")
     assert analyze_run(parse_text(other + "\n")).primary.category == "unknown"
+
+
+def test_the_dataloader_anywhere_in_the_stack_means_the_data_pipeline():
+    tb = """Traceback (most recent call last):
+  File "/opt/proj/train.py", line 200, in main
+    for batch in loader:
+  File "/usr/lib/python3.10/site-packages/torch/utils/data/dataloader.py", line 631, in __next__
+    data = self._next_data()
+  File "/usr/lib/python3.10/site-packages/torch/utils/data/_utils/fetch.py", line 52, in fetch
+    data = [self.dataset[idx] for idx in possibly_batched_index]
+  File "/opt/proj/scripts/finetune.py", line 30, in __getitem__
+    return self.rows[i]["dialogue"]
+KeyError: 'dialogue'
+"""
+    exc = _typed(tb)
+    assert any("torch/utils/data/_utils/fetch.py" in f for f in exc.stack)
+    got = ex.classify(exc)
+    assert got and got[0].id == "shape_dataloader_in_stack" and got[0].category == "data_loading"
+    # the same exception raised in the model's forward is not the data pipeline
+    fwd = tb.replace("torch/utils/data/dataloader.py", "torch/nn/modules/module.py").replace(
+        "torch/utils/data/_utils/fetch.py", "torch/nn/modules/container.py")
+    assert ex.classify(_typed(fwd)) is None

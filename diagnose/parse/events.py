@@ -375,7 +375,8 @@ class EventScanner:
                     ev.detail["frames"] = self._frames[-6:]
                     break
             return
-        detail: dict[str, Any] = {"exception": m.group(1), "traceback_line": self._tb_start, "frames": self._frames[-4:]}
+        detail: dict[str, Any] = {"exception": m.group(1), "traceback_line": self._tb_start, "frames": self._frames[-4:],
+                                  "stack": [f"{f['file']} {f['func']}" for f in self._frames[-40:]]}
         if causes:
             detail["causes"] = causes  # outermost first: what led, link by link, to this exception
         self._add("traceback", lineno, line.strip(), detail)

@@ -3,7 +3,8 @@
 Contract:
 - `TypedException(cls, message, module, function, line, chain, rank)`: the exception class (its last dotted part),
   its message, the raising frame (the last `File "...", line N, in FUNC` before the exception line: its path and
-  function), the chained exceptions before it (root cause first) and the rank that printed it.
+  function), the chained exceptions before it (root cause first), the rank that printed it and every frame shown
+  (`stack`: an entry's `via` is searched there - the DataLoader anywhere in the stack means the data pipeline).
   `typed_exception(event)` builds it from a `traceback` event of parse.events.
 - `MEANINGS`: the entries of `exceptions.yaml` (derived from the frameworks' sources: argument classes and
   validators -> config, datasets/pyarrow/json/media decoders -> data_loading, the allocator -> oom,
@@ -35,6 +36,7 @@ class Meaning:
     source: str = ""
     cases: dict[str, Any] = field(default_factory=dict)
     shape: bool = False  # tier: shape - read only when no specific entry and no module fallback matched
+    via: re.Pattern[str] | None = None  # searched in every frame of the traceback ('FILE FUNC'), not only the raising one
 
     @property
     def generic(self) -> bool:
@@ -52,6 +54,7 @@ class TypedException:
     chain: list[TypedException] = field(default_factory=list)  # causes, root first
     rank: int | None = None
     qualified: str = ""
+    stack: tuple[str, ...] = ()  # every frame the traceback showed, outermost first, as 'FILE FUNC'
 
     def describe(self) -> str:
         mod = re.sub(r"^.*?(?:site-packages|dist-packages)/", "", self.module) if self.module else None
@@ -82,7 +85,8 @@ def load_meanings(path: Path | None = None) -> list[Meaning]:
             module=re.compile(e["module"]) if e.get("module") else None,
             function=re.compile(e["function"]) if e.get("function") else None,
             message=re.compile(e["message"]) if e.get("message") else None,
-            source=str(e.get("source", "")), cases=e.get("cases") or {}, shape=e.get("tier") == "shape"))
+            source=str(e.get("source", "")), cases=e.get("cases") or {}, shape=e.get("tier") == "shape",
+            via=re.compile(e["via"]) if e.get("via") else None))
     return out
 
 
@@ -101,6 +105,8 @@ def _matches(m: Meaning, exc: TypedException) -> bool:
     if m.function is not None and not (exc.function and m.function.search(exc.function)):
         return False
     if m.message is not None and not m.message.search(exc.message[:2000]):
+        return False
+    if m.via is not None and not any(m.via.search(f.replace("\\", "/")) for f in exc.stack):
         return False
     return True
 
@@ -155,8 +161,9 @@ def typed_exception(event: Any) -> TypedException:
     for c in event.detail.get("causes") or []:
         c_cls, c_msg, c_qual = parse_exception_line(c.get("text", ""))
         chain.append(TypedException(c_cls, c_msg, line=c.get("line"), qualified=c_qual))
+    stack = tuple(event.detail.get("stack") or (f"{f.get('file')} {f.get('func')}" for f in frames))
     return TypedException(cls, msg, last.get("file"), last.get("func"), event.line, chain,
-                          event.detail.get("rank"), qual)
+                          event.detail.get("rank"), qual, stack)
 
 
 __all__ = ["Meaning", "TypedException", "meanings", "load_meanings", "classify", "classify_one", "typed_exception",

@@ -560,6 +560,7 @@ class InfoScanner:
             run.summary = d
             run.ended = True
             run.end_line = run.end_line or lineno
+            self.note_nonfinite(lineno, {"final train_loss": d.get("train_loss")})  # the mean of the run's losses
             return True
         if any(k.startswith("eval_") for k in d):
             d["_line"] = lineno
