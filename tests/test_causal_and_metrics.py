@@ -265,3 +265,16 @@ def test_the_trainers_final_summary_alone_is_a_finished_run():
     assert "final summary" in done.primary.summary
     bad = analyze_run(parse_text(summary.replace("LOSS", "nan")))
     assert bad.primary.category == "nan"
+
+
+def test_fp16_overflows_to_the_floor_explain_a_cut_traceback_after_them():
+    scales = [0.25 / 2 ** i for i in range(10)]
+    text = "\n".join(f"| WARNING: overflow detected, setting loss scale to: {s}" for s in scales)
+    text += '\nTraceback (most recent call last):\n  File "train.py", line 315, in <module>\n    main(args)\n'
+    diag = analyze_run(parse_text(text))
+    assert diag.primary.category == "nan" and diag.primary.rule == "NAN010"
+    assert any(f.rule == "GEN004" for f in diag.findings)  # the cut traceback is still reported
+    # fairseq's scale moving about 128 is its normal dynamic scaling: nothing recorded
+    calm = "\n".join(f"2020-03-23 11:41:18 | INFO | fairseq.trainer | NOTE: overflow detected, setting loss scale to: {s}"
+                     for s in (64.0, 32.0, 64.0)) + "\n"
+    assert parse_text(calm).loss_scales == []

@@ -421,12 +421,19 @@ def _osf(ctx: Ctx):
 _NONFINITE_OWN = ("loss", "grad_norm", "train_loss")  # read by their own features and rules (NAN001 ...)
 
 
+def _others_nonfinite(ctx: Ctx) -> dict[str, list[int]]:
+    t = ctx.run.steps
+    rows_nan = bool(len(t)) and t.has("loss") and bool((~np.isfinite(t["loss"][t.present("loss")])).any())
+    return {k: v for k, v in ctx.run.nonfinite.items()
+            if k not in _NONFINITE_OWN and "std" not in k.lower() and not k.endswith("_runtime")
+            and not (k == "final train_loss" and rows_nan)}  # the summary's mean of losses the rows show nan
+
+
 @feature("nonfinite_metrics", "text",
          "Metrics other than loss and grad_norm printed as nan/inf on some row (rewards, kl, logps, clip ratios, eval "
          "metrics), most rows first; spreads (`*std*`) are left out: one sample has no spread.", FAMILY)
 def _nonfinite(ctx: Ctx):
-    bad = {k: v for k, v in ctx.run.nonfinite.items()
-           if k not in _NONFINITE_OWN and "std" not in k.lower() and not k.endswith("_runtime")}
+    bad = _others_nonfinite(ctx)
     if not bad:
         return None
     keys = sorted(bad, key=lambda k: (-bad[k][0], bad[k][1]))
@@ -436,8 +443,7 @@ def _nonfinite(ctx: Ctx):
 @feature("nonfinite_metric_rows", "rows", "Rows with a nan/inf in a metric of `nonfinite_metrics` (the most of any one).",
          FAMILY)
 def _nonfinite_rows(ctx: Ctx):
-    bad = [v[0] for k, v in ctx.run.nonfinite.items()
-           if k not in _NONFINITE_OWN and "std" not in k.lower() and not k.endswith("_runtime")]
+    bad = [v[0] for v in _others_nonfinite(ctx).values()]
     return max(bad) if bad else None
 
 

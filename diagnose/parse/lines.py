@@ -63,6 +63,9 @@ BAR = re.compile(
 _PREPROCESS_BAR = re.compile(r"^(?:Map|Filter|Running tokenizer|Tokeniz|Generating|Converting|Packing|Grouping|Preprocess|Encod)", re.I)
 # DeepSpeed ('Attempted loss scale: 8.0, reducing to 4.0', fused_optimizer 'Reducing dynamic loss scale from 8.0 to
 # 4.0'), apex ('Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 16384.0')
+# fairseq trainer.py: logger.info("NOTE: overflow detected, " + str(e)) with DynamicLossScaler's OverflowError("setting
+# loss scale to: " + str(self.loss_scale)) ('| WARNING: overflow detected, ...' before fairseq 0.10)
+_FAIRSEQ_SCALE = re.compile(r"overflow detected, setting loss scale to: ([\d.]+(?:e[+-]?\d+)?)")
 _LOSS_SCALE = re.compile(r"(?:loss scale: [\d.e+]+, reducing to|Reducing dynamic loss scale from [\d.e+]+ to|"
                          r"reducing loss scale to)\s*([\d.]+(?:e[+-]?\d+)?)")
 # a dynamic loss scale printed as a value: below 1 it has underflowed (Megatron's bf16 prints 'loss scale: 1.0')
@@ -158,7 +161,7 @@ RECOGNISERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("megatron_row", ("iteration",), "_megatron_line"),
     ("ds_timers", ("time (ms) |",), "_timers"),
     ("loss_scale", ("reducing to", "Reducing dynamic loss scale", "reducing loss scale to", "loss_scale :",
-                    "loss_scale:"), "_loss_scale"),
+                    "loss_scale:", "overflow detected, setting loss scale to"), "_loss_scale"),
     ("profiler_row", ("train_dataloader_next", "run_training_epoch", "get_train_batch"), "_profiler_row"),
     ("dialect_row", _dialect_needles(), "_dialect"),
     ("data_time", ("data_time",), "_data_time"),
@@ -469,6 +472,12 @@ class InfoScanner:
         if m:
             v = to_number(m.group(1))
             if isinstance(v, (int, float)):
+                self.run.loss_scales.append({"line": lineno, "scale": float(v)})
+            return True
+        f = _FAIRSEQ_SCALE.search(s)
+        if f:  # fairseq starts at 128 (--fp16-init-scale) and moves up and down; below 1 the overflow persists
+            v = to_number(f.group(1))
+            if isinstance(v, (int, float)) and v < 1:
                 self.run.loss_scales.append({"line": lineno, "scale": float(v)})
             return True
         p = _LOSS_SCALE_PRINTED.search(s)
