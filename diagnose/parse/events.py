@@ -88,8 +88,11 @@ def _signal_detail(m: re.Match[str], line: str) -> dict[str, Any]:
         d["signal"] = int(num.group(1))
     if name:
         d["name"] = "SIG" + name.group(1)
-    elif "KeyboardInterrupt" in line or line.lstrip().startswith("^C"):
+    elif "KeyboardInterrupt" in line or line.lstrip().startswith("^C") or re.search(r"(?i)keyboard interrupt", line):
         d["name"] = "SIGINT"
+    elif "Preemption detected" in line or "initiating graceful stop" in line:
+        sig = {10: "SIGUSR1", 12: "SIGUSR2", 15: "SIGTERM"}.get(d.get("signal"), "a signal")
+        d["name"] = f"{sig} (the scheduler's preemption: the trainer saved a checkpoint and stopped)"
     elif line.strip() in _TERMINATED:
         d["name"] = "SIGTERM"
     elif line.strip() in _HANGUP:
