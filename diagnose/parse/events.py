@@ -234,7 +234,7 @@ _FRAME_AT = re.compile(r'^\s*(?:File ")?([^"\s]*\.py|<[^>]+>)", line (\d+), in (
 _NOT_CONT = re.compile(r"^\s|^Traceback|^During handling|^The above exception|^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit"
                        r"|Warning|Failure)\b|^[A-Z]{3,}\b|^[\[({<]|^\d{4}[-/]|^[WEIF]\d{4} |^[-=*#~]{3}|^\W*$")
 _WRAPPED_AT = 60  # an exception line this long may have been wrapped by the terminal
-_BARE_EXC = re.compile(r"^(?:[a-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Interrupt)(?::\s.*)?$"
+_BARE_EXC = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Interrupt)(?::\s.*)?$"
                        r"|^(?:[a-z_]\w*\.)+[A-Z][a-z]\w*:\s\S.*$")  # module.Class: message (pkg_resources.DistributionNotFound)
 
 
