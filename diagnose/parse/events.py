@@ -144,8 +144,9 @@ def _index_detail(m: re.Match[str], line: str) -> dict[str, Any]:
 
 
 def _flushes_detail(m: re.Match[str], line: str) -> dict[str, Any]:
-    n = re.search(r"(\d+) pytorch allocator cache flushes", line)
-    return {"flushes": int(n.group(1))} if n else {}
+    n = re.search(r"(\d+) (?:pytorch allocator cache flushes|CUDA memory allocation retries)|Cuda Malloc retires\s*:\s*(\d+)",
+                  line)
+    return {"flushes": int(n.group(1) or n.group(2))} if n else {}
 
 
 _NATIVE = (("Segmentation fault", "SIGSEGV"), ("Aborted", "SIGABRT"), ("Floating point exception", "SIGFPE"),
