@@ -176,6 +176,7 @@ def match_dialect(line: str) -> DialectRow | None:
 SYNONYMS: dict[str, tuple[str, str | None]] = {
     "loss": ("loss", None), "train_loss": ("loss", None), "lm_loss": ("loss", None), "total_loss": ("loss", None),
     "train/loss": ("loss", None), "training_loss": ("loss", None), "loss_avg": ("loss", None),
+    "avg. loss": ("loss", None), "avg loss": ("loss", None), "average loss": ("loss", None), "mean loss": ("loss", None),
     "average_loss": ("loss", None), "avg_loss": ("loss", None), "step_loss": ("loss", None),
     "lr": ("lr", None), "learning_rate": ("lr", None), "learningrate": ("lr", None), "train/lr": ("lr", None),
     "grad_norm": ("grad_norm", None), "gnorm": ("grad_norm", None), "grad norm": ("grad_norm", None),
@@ -276,7 +277,9 @@ class GenericRows:
             kv = _pipe_pairs(line)
         if len(kv) < _MIN_PAIRS and ("," in line or ";" in line):
             kv = _pipe_pairs(line, _LIST_SPLIT)
-        if len(kv) < _MIN_PAIRS:
+        # two pairs are a row when one of them is a loss ('loss:2.979 lr:0.0002', 'Avg. Loss: 0.0139 time: 652.85')
+        need = 2 if any(SYNONYMS.get(k, ("",))[0] == "loss" for k in kv) else _MIN_PAIRS
+        if len(kv) < need:
             return False
         if not any(k in SYNONYMS for k in kv):
             return False

@@ -110,6 +110,23 @@ def _clock_s(text: str) -> float | None:
     return total
 
 
+_POSTFIX = re.compile(r",\s*([A-Za-z][\w/.-]{0,40})=([^\s,\]]+)")
+
+
+def _bar_postfix(tail: str) -> dict[str, float]:
+    """The numbers of a tqdm bar's postfix (', loss=2.15, v_num=3hqp]'), under their canonical names (loss...)."""
+    from diagnose.parse.dialects import SYNONYMS, convert
+
+    out: dict[str, float] = {}
+    for k, v in _POSTFIX.findall(tail.split("]", 1)[0]):
+        canon = SYNONYMS.get(k.lower())
+        if canon and canon[0] in ("loss", "grad_norm", "lr") and canon[0] not in out:
+            num = convert(v, canon[1])
+            if num is not None:
+                out[canon[0]] = num
+    return out
+
+
 _WRAPPED_SEG = re.compile(r"^\s*([A-Za-z][A-Za-z _()/.-]{0,60}?)\s*:\s*(-?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
                           r"(?:\s*(?:ms|s|MB|MiB|GB|GiB|%))?|nan|NaN|-?inf)\s*$")
 
@@ -683,6 +700,10 @@ class InfoScanner:
                              "elapsed_s": _clock_s(m.group("elapsed")), "remaining_s": _clock_s(m.group("remaining"))}
             if rate:
                 self.progress["s_per_it"] = rate if unit == "s/it" else 1 / rate
+            post = _bar_postfix(body[m.end():])
+            if post:  # tqdm's set_postfix: 'loss=nan, v_num=0' (Lightning, accelerate scripts)
+                self.progress.update(post)
+                self.note_nonfinite(lineno, post)
             if done >= 1 and rate and (not self.bar_rows or self.bar_rows[-1]["step"] != done):
                 self.bar_rows.append(dict(self.progress))  # a bar at 0 or without a rate shows no step done
             return True

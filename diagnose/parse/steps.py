@@ -323,4 +323,10 @@ def table_from_bars(bars: list[dict[str, Any]]) -> StepsTable:
     cols = {"step": np.array([b["step"] for b in bars], float), "max_steps": np.array([b["total"] for b in bars], float),
             "interval_s": np.array([b.get("s_per_it", np.nan) for b in bars], float),
             "line": np.array([b["line"] for b in bars], float)}
-    return StepsTable(cols, {c: np.zeros(n, bool) for c in ("loss", "grad_norm", "learning_rate", "memory_gib", "epoch")})
+    present = {c: np.zeros(n, bool) for c in ("loss", "grad_norm", "learning_rate", "memory_gib", "epoch")}
+    for col, key in (("loss", "loss"), ("grad_norm", "grad_norm"), ("learning_rate", "lr")):
+        vals = [b.get(key) for b in bars]
+        if any(v is not None for v in vals):  # the bar's postfix (tqdm set_postfix: 'loss=2.15')
+            cols[col] = np.array([np.nan if v is None else v for v in vals], float)
+            present[col] = np.array([v is not None for v in vals], bool)
+    return StepsTable(cols, present)
