@@ -278,3 +278,12 @@ def test_fp16_overflows_to_the_floor_explain_a_cut_traceback_after_them():
     calm = "\n".join(f"2020-03-23 11:41:18 | INFO | fairseq.trainer | NOTE: overflow detected, setting loss scale to: {s}"
                      for s in (64.0, 32.0, 64.0)) + "\n"
     assert parse_text(calm).loss_scales == []
+
+
+def test_a_trainers_own_dataset_bar_before_the_timeout_is_data_loading():
+    text = ("Creating dataset split:  96%|█████████▋| 1927287/2000000 [29:56<01:08, 1060.83it/s]" + WATCHDOG + "\n")
+    diag = analyze_run(parse_text(text))
+    assert diag.primary.category == "data_loading" and diag.primary.rule == "DL021"
+    # the model's shards loading is not data preparation
+    shards = "Loading checkpoint shards:  50%|█████     | 2/4 [00:10<00:10,  5.00s/it]\n" + WATCHDOG + "\n"
+    assert analyze_run(parse_text(shards)).primary.category == "nccl"

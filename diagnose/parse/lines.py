@@ -60,7 +60,12 @@ BAR = re.compile(
     r"(?P<desc>[A-Za-z][^|\r%]*?)?:?\s*(?P<pct>\d+)%\|[^|]*\|\s*(?P<done>\d+)/(?P<total>\d+)\s*"
     r"\[(?P<elapsed>[\d:]+)<(?P<remaining>[\d:?]+),\s*(?P<rate>[\d.]+|\?)\s*(?P<unit>s/it|it/s|[A-Za-z]+/s)"
 )
-_PREPROCESS_BAR = re.compile(r"^(?:Map|Filter|Running tokenizer|Tokeniz|Generating|Converting|Packing|Grouping|Preprocess|Encod)", re.I)
+# the data-preparation bars: datasets' Map/Filter/'Generating train split'/'Creating json from Arrow format', trainers'
+# own 'Creating dataset split', 'Building index', 'Processing'/'Reading' data ('Loading checkpoint shards' is the model)
+_PREPROCESS_BAR = re.compile(r"^(?:Map|Filter|Running tokenizer|Tokeniz|Generating|Converting|Packing|Grouping|Preprocess|Encod"
+                             r"|Creating (?:dataset|data|json|parquet|csv|\w+ split)|Building (?:dataset|data|index|prompt)"
+                             r"|Processing (?:dataset|data|samples?|examples?)|Reading (?:dataset|data|samples?|examples?)"
+                             r"|Loading (?:dataset|data(?! ?loader))|Shuffling|Sorting (?:dataset|data|by length))", re.I)
 # DeepSpeed ('Attempted loss scale: 8.0, reducing to 4.0', fused_optimizer 'Reducing dynamic loss scale from 8.0 to
 # 4.0'), apex ('Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 16384.0')
 # fairseq trainer.py: logger.info("NOTE: overflow detected, " + str(e)) with DynamicLossScaler's OverflowError("setting
