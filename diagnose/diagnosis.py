@@ -217,6 +217,8 @@ def _at_work(run: Run, feats: dict[str, Any]) -> str:
         signs.append(f"{len(run.evals)} evaluation row(s)")
     if run.checkpoints:
         signs.append(f"{len(run.checkpoints)} checkpoint(s) saved")
+    if run.ended and not run.summary:
+        signs.append("the trainer's own end-of-run line")
     summary = run.summary or {}
     loss = summary.get("train_loss")
     if summary and (loss is None or isinstance(loss, (int, float)) and math.isfinite(loss)):

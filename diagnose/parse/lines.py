@@ -76,6 +76,9 @@ _LOSS_SCALE = re.compile(r"(?:loss scale: [\d.e+]+, reducing to|Reducing dynamic
 # a dynamic loss scale printed as a value: below 1 it has underflowed (Megatron's bf16 prints 'loss scale: 1.0')
 _LOSS_SCALE_PRINTED = re.compile(r"\bloss_scale\s?:\s*([\d.]+(?:e[+-]?\d+)?)")
 _SHARD = re.compile(r"#(\d+)\s*:?\s*$")  # the per-process tag before a bar's percentage
+# a tqdm bar without a total (an iterable dataset, Lightning's 'Epoch 2: : 17671it [1:05:34,  4.49it/s, loss=2.15]')
+OPEN_BAR = re.compile(r"(?P<desc>[A-Za-z][^|\r%\[]*?)?[:\s]*(?P<done>\d+)it \[(?P<elapsed>[\d:]+)(?:<\?)?,\s*"
+                      r"(?P<rate>[\d.]+)(?P<unit>s/it|it/s)")
 _EVAL_BAR = re.compile(r"^(?:Val|Eval|eval|Evaluat|Predict|Test)")
 _OTHER_BAR = re.compile(r"^(?:Loading|Downloading|Fetching|Saving|Uploading|Merging)", re.I)
 _JSON_KV = re.compile(r'^\s*"([^"]{1,80})":\s*(-?[\d.]+(?:[eE][-+]?\d+)?|NaN|-?Infinity|null|true|false|"[^"]*")\s*,?\s*$')
@@ -176,7 +179,10 @@ RECOGNISERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
                            "Using streaming dataset, setting args.dataloader_num_workers to 1"), "_streaming_workers"),
     ("env_setting", ("environment variable",), "_env_setting"),
     ("output_dir", ("output_dir: ", "logging_path: "), "_output_dir"),
-    ("run_end", ("End time of running main",), "_end"),
+    # ms-swift's end marker; transformers Trainer.train 'Training completed. Do not forget to share your model on
+    # huggingface.co/models =)'; Lightning fit_loop.py '`Trainer.fit` stopped: `max_steps=N` reached.' (max_epochs too)
+    ("run_end", ("End time of running main", "Training completed. Do not forget to share your model",
+                 "`Trainer.fit` stopped: `max_"), "_end"),
     ("run_start", ("Start time of running main", "***** Running training *****"), "_start"),
     ("checkpoint", ("Saving model checkpoint to ", "last_model_checkpoint: "), "_checkpoint"),
     ("deepspeed_config", ("Using deepspeed: ",), "_deepspeed"),
@@ -188,6 +194,7 @@ RECOGNISERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("dialect_row", _dialect_needles(), "_dialect"),
     ("data_time", ("data_time",), "_data_time"),
     ("tqdm_bar", ("%|",), "_bars"),
+    ("tqdm_open_bar", ("it [",), "_open_bar"),
 )
 
 
@@ -650,6 +657,31 @@ class InfoScanner:
             self.step_dicts.append((self._pretty_line, d))
         elif d:
             self.other_dict(self._pretty_line, d)
+
+    def _open_bar(self, lineno: int, s: str, raw: str) -> bool:
+        """A training bar that knows no total: progress, rate and postfix (the step count is tqdm's own)."""
+        frags = [f for f in _ANSI.sub("", raw).split("\r") if f.strip()]
+        for frag in reversed(frags):
+            body = strip_paste(frag)[0]
+            m = OPEN_BAR.search(body)
+            if not m:
+                continue
+            desc = (m.group("desc") or "").strip(" :")
+            if _PREPROCESS_BAR.match(desc) or _EVAL_BAR.match(desc) or _OTHER_BAR.match(desc):
+                return True
+            done, rate = int(m.group("done")), float(m.group("rate"))
+            self.progress = {"step": done, "total": None, "line": lineno, "desc": desc or None,
+                             "elapsed_s": _clock_s(m.group("elapsed")), "remaining_s": None}
+            if rate:
+                self.progress["s_per_it"] = rate if m.group("unit") == "s/it" else 1 / rate
+            post = _bar_postfix(body[m.end():])
+            if post:
+                self.progress.update(post)
+                self.note_nonfinite(lineno, post)
+            if done >= 1 and rate and (not self.bar_rows or self.bar_rows[-1]["step"] != done):
+                self.bar_rows.append(dict(self.progress))
+            return True
+        return False
 
     def finish(self) -> None:
         """End of input: an object still open is kept as far as it was read."""

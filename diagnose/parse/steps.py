@@ -320,7 +320,7 @@ def table_from_rows(rows: list[tuple[int, Any]]) -> StepsTable:
 def table_from_bars(bars: list[dict[str, Any]]) -> StepsTable:
     """A steps table from tqdm training-bar updates (step, total, s/it): progress without a log dict."""
     n = len(bars)
-    cols = {"step": np.array([b["step"] for b in bars], float), "max_steps": np.array([b["total"] for b in bars], float),
+    cols = {"step": np.array([b["step"] for b in bars], float), "max_steps": np.array([np.nan if b["total"] is None else b["total"] for b in bars], float),
             "interval_s": np.array([b.get("s_per_it", np.nan) for b in bars], float),
             "line": np.array([b["line"] for b in bars], float)}
     present = {c: np.zeros(n, bool) for c in ("loss", "grad_norm", "learning_rate", "memory_gib", "epoch")}
