@@ -194,7 +194,9 @@ def build_diagnosis(findings: list[Finding], skipped: list[Skipped], features: F
 
 _NOTICES = (("forked", "tokenizers turning its threads off in forked workers"),
             ("gradient checkpointing", "use_cache turned off under gradient checkpointing"),
-            ("use_reentrant", "torch checkpoint's use_reentrant notice"))
+            ("use_reentrant", "torch checkpoint's use_reentrant notice"),
+            ("loss_type=None", "transformers' default-loss notice"),
+            ("tried to get lr value", "the scheduler not stepped yet while the fp16 loss scale settles"))
 
 
 def _at_work(run: Run, feats: dict[str, Any]) -> str:

@@ -82,7 +82,7 @@ _HANGUP = {"Hangup", "挂起", "掛斷", "끊어짐", "Aufgelegt"}
 
 def _signal_detail(m: re.Match[str], line: str) -> dict[str, Any]:
     num = re.search(r"(?:signal:?|Received|Signal)\s*(\d+)", line)
-    name = re.search(r"SIG(HUP|INT|TERM|KILL|ABRT|BUS|SEGV)", line)
+    name = re.search(r"SIG(HUP|INT|TERM|KILL|ABRT|BUS|SEGV|USR1|USR2|QUIT)", line)
     d: dict[str, Any] = {}
     if num:
         d["signal"] = int(num.group(1))
