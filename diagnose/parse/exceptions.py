@@ -161,6 +161,8 @@ def typed_exception(event: Any) -> TypedException:
     for c in event.detail.get("causes") or []:
         c_cls, c_msg, c_qual = parse_exception_line(c.get("text", ""))
         chain.append(TypedException(c_cls, c_msg, line=c.get("line"), qualified=c_qual))
+    if not msg and cls == "AssertionError" and str(last.get("code", "")).startswith("assert "):
+        msg = last["code"]  # a bare assert says what it checked only in its source line ('assert args.bs % n == 0')
     stack = tuple(event.detail.get("stack") or (f"{f.get('file')} {f.get('func')}" for f in frames))
     return TypedException(cls, msg, last.get("file"), last.get("func"), event.line, chain,
                           event.detail.get("rank"), qual, stack)
