@@ -58,7 +58,7 @@ def normalize(raw: str) -> str:
 # tqdm: '{desc}: {pct}%|{bar}| {n}/{total} [{elapsed}<{remaining}, {rate}{unit}]' (rate '?' while unknown)
 BAR = re.compile(
     r"(?P<desc>[A-Za-z][^|\r%]*?)?:?\s*(?P<pct>\d+)%\|[^|]*\|\s*(?P<done>\d+)/(?P<total>\d+)\s*"
-    r"\[(?P<elapsed>[\d:]+)<(?P<remaining>[\d:?]+),\s*(?P<rate>[\d.]+|\?)\s*(?P<unit>s/it|it/s|[A-Za-z]+/s)"
+    r"\[(?P<elapsed>[\d:]+)<(?P<remaining>[\d:?]+),\s*(?P<rate>[\d.]+|\?)\s*(?:(?P<unit>s/it|it/s|[A-Za-z]+/s)|$)"
 )
 # the data-preparation bars: datasets' Map/Filter/'Generating train split'/'Creating json from Arrow format', trainers'
 # own 'Creating dataset split', 'Building index', 'Processing'/'Reading' data ('Loading checkpoint shards' is the model)
@@ -79,7 +79,7 @@ _SHARD = re.compile(r"#(\d+)\s*:?\s*$")  # the per-process tag before a bar's pe
 # a tqdm bar without a total (an iterable dataset, Lightning's 'Epoch 2: : 17671it [1:05:34,  4.49it/s, loss=2.15]')
 OPEN_BAR = re.compile(r"(?P<desc>[A-Za-z][^|\r%\[]*?)?[:\s]*(?P<done>\d+)it \[(?P<elapsed>[\d:]+)(?:<\?)?,\s*"
                       r"(?P<rate>[\d.]+)(?P<unit>s/it|it/s)")
-_EVAL_BAR = re.compile(r"^(?:Val|Eval|eval|Evaluat|Predict|Test)")
+_EVAL_BAR = re.compile(r"^(?:Val|Eval|eval|Evaluat|Predict|Test|Class\s+Images\s)")  # ultralytics' val bar: 'Class Images ...'
 _OTHER_BAR = re.compile(r"^(?:Loading|Downloading|Fetching|Saving|Uploading|Merging)", re.I)
 _JSON_KV = re.compile(r'^\s*"([^"]{1,80})":\s*(-?[\d.]+(?:[eE][-+]?\d+)?|NaN|-?Infinity|null|true|false|"[^"]*")\s*,?\s*$')
 # the same, pretty-printed by Python (pprint / print of a dict over several lines): 'key': value, nan, None
@@ -116,6 +116,27 @@ def _clock_s(text: str) -> float | None:
             return None
         total = total * 60 + int(part)
     return total
+
+
+# a header of column names with at least one loss ('      Epoch    GPU_mem   box_loss   cls_loss   dfl_loss  Instances
+# Size': ultralytics engine/trainer.py progress_string, "%11s" * (4 + len(loss_names)); YOLOv5 train.py the same)
+_TABLE_HEADER = re.compile(r"^\s*(?=[^\n]*\b\w*loss\b)(?:[A-Za-z][\w()./-]*\s+){3,}[A-Za-z][\w()./-]*\s*$", re.I)
+
+
+def _table_row(header: list[str], text: str) -> dict[str, Any]:
+    """The bar's description read under the header above it ('2/1000  17.2G  nan  nan  nan  65  640'): the sum of
+    the loss columns (nan when any is nan) and the epoch; {} when the columns do not line up."""
+    cells = text.strip().rstrip(":").split()
+    if len(cells) != len(header):
+        return {}
+    out: dict[str, Any] = {}
+    losses = [to_number(c) for h, c in zip(header, cells) if "loss" in h.lower()]
+    if losses and all(isinstance(v, (int, float)) for v in losses):
+        out["loss"] = float(sum(losses))
+    for h, c in zip(header, cells):
+        if h.lower() == "epoch" and re.match(r"^\d+(?:/\d+)?$", c):
+            out["epoch"] = float(c.split("/")[0])
+    return out
 
 
 _POSTFIX = re.compile(r",\s*([A-Za-z][\w/.-]{0,40})=([^\s,\]]+)")
@@ -228,6 +249,7 @@ class InfoScanner:
         # a step row the paste or the terminal wrapped: [last line, the Megatron row dict or the DialectRow, lines]
         self._row_cont: list[Any] | None = None
         self._timer_block: dict[str, Any] | None = None  # the Megatron timer rows being read (see _timer_row)
+        self._table_header: list[str] | None = None  # column names a trainer printed above its bar rows (YOLO)
 
     # --- args dump (multi-line) -------------------------------------------------
     def _args_feed(self, lineno: int, s: str) -> bool:
@@ -283,6 +305,9 @@ class InfoScanner:
                 if any(n in hay for n in needles) and getattr(self, handler)(lineno, s, raw):
                     return
         if self._row_cont is not None and self._continue_row(lineno, s):
+            return
+        if _TABLE_HEADER.match(s):  # 'Epoch GPU_mem box_loss cls_loss dfl_loss Instances Size' (ultralytics)
+            self._table_header = s.split()
             return
         self.generic.feed(lineno, s)  # nothing claimed it: perhaps a step row of a dialect the table does not know
 
@@ -713,7 +738,7 @@ class InfoScanner:
             shard = _SHARD.search(body[: m.start("pct")])
             if shard and (not desc or _PREPROCESS_BAR.match(desc) or desc.startswith("#")):
                 # one bar per preprocessing process (datasets' num_proc before it merged them): `#3: 40%|...`
-                per_s = rate if rate is None or unit != "s/it" else (1 / rate if rate else None)
+                per_s = None if unit is None else rate if rate is None or unit != "s/it" else (1 / rate if rate else None)
                 what = re.sub(r"\s*#\d+\s*$", "", desc) if desc and not desc.startswith("#") else "Map"
                 self.map_rates.append({"what": what or "Map", "num_proc": 1, "done": done, "total": total,
                                        "rate_per_s": per_s, "unit": unit, "line": lineno, "shard": int(shard.group(1)),
@@ -722,7 +747,7 @@ class InfoScanner:
                 return True
             if _PREPROCESS_BAR.match(desc):
                 np_ = re.search(r"num_proc=(\d+)", desc)
-                per_s = rate if rate is None or unit != "s/it" else (1 / rate if rate else None)
+                per_s = None if unit is None else rate if rate is None or unit != "s/it" else (1 / rate if rate else None)
                 self.map_rates.append({
                     "what": re.sub(r"\s*\(num_proc=\d+\)", "", desc), "num_proc": int(np_.group(1)) if np_ else 1,
                     "done": done, "total": total, "rate_per_s": per_s, "unit": unit, "line": lineno,
@@ -731,17 +756,23 @@ class InfoScanner:
                 return True
             if _EVAL_BAR.match(desc) or _OTHER_BAR.match(desc):
                 return True
-            if unit not in ("s/it", "it/s"):
+            if unit is None:  # the paste cut the line inside the rate: progress without a speed
+                rate = None
+            elif unit not in ("s/it", "it/s"):
                 return True
             self.progress = {"step": done, "total": total, "line": lineno, "desc": desc or None,
                              "elapsed_s": _clock_s(m.group("elapsed")), "remaining_s": _clock_s(m.group("remaining"))}
             if rate:
                 self.progress["s_per_it"] = rate if unit == "s/it" else 1 / rate
+            if self._table_header:
+                self.progress.update(_table_row(self._table_header, body[: m.start("pct")]))
             post = _bar_postfix(body[m.end():])
             if post:  # tqdm's set_postfix: 'loss=nan, v_num=0' (Lightning, accelerate scripts)
                 self.progress.update(post)
                 self.note_nonfinite(lineno, post)
-            if done >= 1 and rate and (not self.bar_rows or self.bar_rows[-1]["step"] != done):
+            known = rate or "loss" in self.progress  # a cut bar still counts when its columns gave the loss
+            if done >= 1 and known and (not self.bar_rows or self.bar_rows[-1]["step"] != done
+                                        or self.bar_rows[-1].get("epoch") != self.progress.get("epoch")):
                 self.bar_rows.append(dict(self.progress))  # a bar at 0 or without a rate shows no step done
             return True
         return False
