@@ -235,6 +235,13 @@ _FRAME_AT = re.compile(r'^\s*(?:File ")?([^"\s]*\.py|<[^>]+>)", line (\d+), in (
 _NOT_CONT = re.compile(r"^\s|^Traceback|^During handling|^The above exception|^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit"
                        r"|Warning|Failure)\b|^[A-Z]{3,}\b|^[\[({<]|^\d{4}[-/]|^[WEIF]\d{4} |^[-=*#~]{3}|^\W*$")
 _WRAPPED_AT = 60  # an exception line this long may have been wrapped by the terminal
+
+
+def _may_go_on(line: str) -> bool:
+    """An exception line whose message may continue on the next lines: long enough to have been wrapped, or ending in
+    its colon (DeepSpeed's 'ZeRORuntimeException: ' puts the message on the lines after)."""
+    t = line.strip()
+    return len(t) >= _WRAPPED_AT or t.endswith(":")
 _BARE_EXC = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Interrupt)(?::\s.*)?$"
                        r"|^(?:[a-z_]\w*\.)+[A-Z][a-z]\w*:\s\S.*$")  # module.Class: message (pkg_resources.DistributionNotFound)
 
@@ -345,7 +352,7 @@ class EventScanner:
                 exc = line.split(":", 1)[0].strip()
                 self._add("traceback", lineno, line.strip(), {"exception": exc, "traceback_line": None, "frames": [],
                                                               "standalone": True})
-                if len(line.strip()) >= _WRAPPED_AT and self.events and self.events[-1].line == lineno:
+                if _may_go_on(line) and self.events and self.events[-1].line == lineno:
                     self._cont = [self.events[-1], lineno]
             return
         if _FRAME.match(line):
@@ -384,7 +391,7 @@ class EventScanner:
         if causes:
             detail["causes"] = causes  # outermost first: what led, link by link, to this exception
         self._add("traceback", lineno, line.strip(), detail)
-        if len(line.strip()) >= _WRAPPED_AT and self.events and self.events[-1].line == lineno:
+        if _may_go_on(line) and self.events and self.events[-1].line == lineno:
             self._cont = [self.events[-1], lineno]
 
     def _cut(self) -> None:

@@ -554,7 +554,8 @@ class InfoScanner:
             self._timer_row(lineno, row.label, row.values.get("step_time_s"))
         self._row_cont = [lineno, row, 0] if row.kind == "train" and s.rstrip().endswith(("|", ",")) else None
         v = row.values
-        self.note_nonfinite(lineno, v)
+        # an eval row's loss is not the training loss the step features read: its nan counts as an eval metric's
+        self.note_nonfinite(lineno, {f"eval {k}": x for k, x in v.items()} if row.kind == "eval" else v)
         if row.kind == "train" and v.get("step_time_s") and v.get("data_time_s") is not None:
             self.run.iter_times.append({"line": lineno, "time_s": v["step_time_s"], "data_time_s": v["data_time_s"]})
         return True
