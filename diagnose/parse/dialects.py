@@ -251,6 +251,11 @@ def _unit_of(suffix: str | None, implied: str | None) -> str | None:
     return implied
 
 
+def _lossy(key: str) -> bool:
+    """A key that names a loss ('loss', 'train_loss', 'loss_disc', 'box_loss', 'loss after forward pass')."""
+    return SYNONYMS.get(key, ("",))[0] == "loss" or bool(re.search(r"(?:^|[\s_./])loss(?:$|[\s_./])", key))
+
+
 class GenericRows:
     """Collects `key: number` lines by key set; `rows()` keeps the key sets that repeat with changing numbers."""
 
@@ -261,7 +266,8 @@ class GenericRows:
         if len(line) > 4000:
             return False
         kv: dict[str, tuple[str, str | None]] = {}
-        if line.count(":") + line.count("=") >= _MIN_PAIRS:
+        seps = line.count(":") + line.count("=")
+        if seps >= _MIN_PAIRS or (seps and "loss" in line.lower()):  # 'loss after forward pass = 1.48'
             # columns set apart by runs of spaces mix 'Epoch: 0' with 'Loss nan' (arcface_torch): read them one by one
             for seg in _COLUMNS.split(line) if "   " in line else (line,):
                 m = _PIPE_SEG.match(seg) if ":" not in seg and "=" not in seg else None
@@ -274,14 +280,17 @@ class GenericRows:
                         k = k.replace(" ", "_")  # 'Global Step: 20'
                     kv.setdefault(k, (v, suf or None))
         if len(kv) < _MIN_PAIRS and line.count("|") >= _MIN_PAIRS - 1:
-            kv = _pipe_pairs(line)
+            piped = _pipe_pairs(line)
+            kv = piped if len(piped) > len(kv) else kv
         if len(kv) < _MIN_PAIRS and ("," in line or ";" in line):
-            kv = _pipe_pairs(line, _LIST_SPLIT)
-        # two pairs are a row when one of them is a loss ('loss:2.979 lr:0.0002', 'Avg. Loss: 0.0139 time: 652.85')
-        need = 2 if any(SYNONYMS.get(k, ("",))[0] == "loss" for k in kv) else _MIN_PAIRS
+            listed = _pipe_pairs(line, _LIST_SPLIT)
+            kv = listed if len(listed) > len(kv) else kv
+        # two pairs are a row when one of them is a loss ('loss:2.979 lr:0.0002', 'Avg. Loss: 0.0139 time: 652.85'),
+        # one when it is ('loss after forward pass = 1.44', printed each step): the rows must still repeat (rows())
+        need = 1 if any(_lossy(k) for k in kv) else _MIN_PAIRS
         if len(kv) < need:
             return False
-        if not any(k in SYNONYMS for k in kv):
+        if not any(k in SYNONYMS or _lossy(k) for k in kv):
             return False
         key = tuple(sorted(kv))
         rows = self._by_keys.setdefault(key, [])
@@ -295,13 +304,15 @@ class GenericRows:
             if len(rows) < _MIN_ROWS:
                 continue
             mapped = [k for k in keys if k in SYNONYMS]
+            if not any(SYNONYMS[k][0] == "loss" for k in mapped):  # a loss named otherwise ('loss_disc', 'box_loss')
+                mapped += [k for k in keys if k not in SYNONYMS and _lossy(k)][:1]
             changing = [k for k in mapped if len({r[1][k][0] for r in rows[:50]}) > 1]
             if not changing:
                 continue
             for lineno, kv in rows:
                 vals: dict[str, float] = {}
                 for k in mapped:
-                    canon, implied = SYNONYMS[k]
+                    canon, implied = SYNONYMS.get(k) or ("loss", None)
                     if canon in vals:
                         continue
                     raw, suf = kv[k]
