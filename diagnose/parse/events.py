@@ -226,6 +226,7 @@ _PREFILTER = any_of(n.lower() for s in SIGNATURE_TABLE for n in s.needles)
 _SIG_NEEDLES = [frozenset(n.lower() for n in s.needles) for s in SIGNATURE_TABLE]
 _ALL_NEEDLES = tuple(sorted(frozenset().union(*_SIG_NEEDLES)))
 _EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure|Warning)?)(?::\s?(.*))?$")
+_IPYTHON_TOP = re.compile(r"^\s*((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit))\s{2,}Traceback \(most recent call last\)")
 _CLASS_ALONE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Iteration|Quit|Failure|Warning)$")
 _FRAME = re.compile(r"^\s+|^\s*File \"|^\s*\^+\s*$|^During handling|^The above exception|^\s*$|^\s*\[Previous line repeated")
 _FRAME_AT = re.compile(r'^\s*(?:File ")?([^"\s]*\.py|<[^>]+>)", line (\d+), in (\S+)')
@@ -270,6 +271,7 @@ class EventScanner:
         # cleanup the interpreter reported and went on from (a destructor, an exit handler), never what stopped the run
         self._ignored_next = False
         self._tb_ignored = False
+        self._tb_class: str | None = None  # the class IPython printed above the traceback
 
     def _add(self, kind: str, lineno: int, text: str, detail: dict[str, Any] | None = None, fold_kind: bool = False) -> None:
         text = text.strip()[:500]
@@ -339,6 +341,9 @@ class EventScanner:
             self._tb_start = lineno
             self._frames = []
             self._tb_ignored, self._ignored_next = self._ignored_next, False
+            # IPython/Jupyter name the exception class at the top: 'OutOfMemoryError    Traceback (most recent ...)'
+            top = _IPYTHON_TOP.match(line)
+            self._tb_class = top.group(1) if top else None
             return
         fm = _FRAME_AT.match(line)
         if fm:
@@ -372,7 +377,7 @@ class EventScanner:
             if not self._frames or lineno - self._last_frame_line > 3:  # the traceback is over, its end not printed
                 self._cut()
             return
-        self._in_tb = False
+        self._in_tb, self._tb_class = False, None
         if self._tb_ignored:  # an exception the interpreter ignored: not a crash
             self._tb_ignored, self._causes = False, []
             return
@@ -399,6 +404,12 @@ class EventScanner:
         self._in_tb = False
         if self._tb_ignored:
             self._tb_ignored = False
+            return
+        if self._tb_class:  # the paste lost the bottom of an IPython traceback, but its top named the class
+            self._add("traceback", self._tb_start, self._tb_class,
+                      {"exception": self._tb_class, "traceback_line": self._tb_start, "frames": self._frames[-4:],
+                       "stack": [f"{f['file']} {f['func']}" for f in self._frames[-40:]], "ipython_top": True})
+            self._tb_class = None
             return
         if self._frames:
             last = self._frames[-1]
