@@ -196,7 +196,9 @@ _NOTICES = (("forked", "tokenizers turning its threads off in forked workers"),
             ("gradient checkpointing", "use_cache turned off under gradient checkpointing"),
             ("use_reentrant", "torch checkpoint's use_reentrant notice"),
             ("loss_type=None", "transformers' default-loss notice"),
-            ("tried to get lr value", "the scheduler not stepped yet while the fp16 loss scale settles"))
+            ("tried to get lr value", "the scheduler not stepped yet while the fp16 loss scale settles"),
+            ("Grad strides", "DDP's grad-strides notice"),
+            ("find_unused_parameters", "DDP's find_unused_parameters notice"))
 
 
 def _at_work(run: Run, feats: dict[str, Any]) -> str:
