@@ -226,10 +226,14 @@ _PREFILTER = any_of(n.lower() for s in SIGNATURE_TABLE for n in s.needles)
 _SIG_NEEDLES = [frozenset(n.lower() for n in s.needles) for s in SIGNATURE_TABLE]
 _ALL_NEEDLES = tuple(sorted(frozenset().union(*_SIG_NEEDLES)))
 _EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure|Warning)?)(?::\s?(.*))?$")
+_IPY_CONTEXT = re.compile(r"^\s*(?:-+>\s*)?\d+\s|^\s*$|^\s*\.\.\.\s*$|^<ipython-input-|^Cell In\[\d+\]")
+_IPY_FRAME = re.compile(r'^\s*File ([^"\n]+?\.py):(\d+), in ([\w.<>]+)')
 _IPYTHON_TOP = re.compile(r"^\s*((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit))\s{2,}Traceback \(most recent call last\)")
 _CLASS_ALONE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Iteration|Quit|Failure|Warning)$")
 _FRAME = re.compile(r"^\s+|^\s*File \"|^\s*\^+\s*$|^During handling|^The above exception|^\s*$|^\s*\[Previous line repeated")
-_FRAME_AT = re.compile(r'^\s*(?:File ")?([^"\s]*\.py|<[^>]+>)", line (\d+), in (\S+)')
+_FRAME_AT = re.compile(r'^\s*(?:File ")?([^"\s]*\.py|<[^>]+>)", line (\d+), in (\S+)'
+                       # IPython 8's own frames: 'File ~\\proj\\dataset.py:101, in Batch.get_batch(self)'
+                       r'|^\s*File (?P<ip_file>[^"\n]+?\.py):(?P<ip_line>\d+), in (?P<ip_func>[\w.<>]+)')
 # an exception line printed on its own (the paste kept only the last line of a traceback)
 # a line that cannot continue an exception message wrapped by the terminal (rich's traceback wraps at the console
 # width): indented code, a new traceback or chain, another exception, a logger's or launcher's own line
@@ -346,6 +350,8 @@ class EventScanner:
             self._tb_class = top.group(1) if top else None
             return
         fm = _FRAME_AT.match(line)
+        if fm and fm.group("ip_file"):
+            fm = _IPY_FRAME.match(line)  # the same three groups as a CPython frame's
         if fm:
             if not self._in_tb:  # a paste that starts inside a traceback: its frames count all the same
                 self._in_tb, self._tb_start, self._frames = True, lineno, []
@@ -360,6 +366,8 @@ class EventScanner:
                 if _may_go_on(line) and self.events and self.events[-1].line == lineno:
                     self._cont = [self.events[-1], lineno]
             return
+        if self._tb_class and _IPY_CONTEXT.match(line):
+            return  # IPython prints each frame's source context between frames ('--> 101 image = next(it)')
         if _FRAME.match(line):
             code = line.strip()
             if self._frames and code and lineno == self._last_frame_line + 1 and "code" not in self._frames[-1] \
