@@ -247,6 +247,19 @@ def _lzero(ctx: Ctx):
     return float(z.mean()), [int(x) for x in ln[z][:3]]
 
 
+@feature("loss_zeroed_rows", "rows", "Rows at the end of the log whose loss is exactly 0 after earlier rows with a "
+         "non-zero loss (unknown when no row before them had one).", FAMILY)
+def _lzeroed(ctx: Ctx):
+    f, ln = _finite(ctx, "loss")
+    if len(f) < 2 or f[-1] != 0:
+        return None
+    nz = np.nonzero(f != 0)[0]
+    if not len(nz):
+        return None
+    first_zero = int(nz[-1]) + 1
+    return len(f) - first_zero, [int(ln[first_zero])]
+
+
 @feature("rl_metrics_logged", "bool", "The step rows carry reinforcement-learning metrics (rewards, kl, "
          "completions/...): a GRPO/PPO/DPO-style trainer, whose loss can legitimately sit at 0.", FAMILY)
 def _rl(ctx: Ctx):
