@@ -306,7 +306,7 @@ class InfoScanner:
                     return
         if self._row_cont is not None and self._continue_row(lineno, s):
             return
-        if _TABLE_HEADER.match(s):  # 'Epoch GPU_mem box_loss cls_loss dfl_loss Instances Size' (ultralytics)
+        if ("loss" in s or "Loss" in s) and _TABLE_HEADER.match(s):  # 'Epoch GPU_mem box_loss ... Size' (ultralytics)
             self._table_header = s.split()
             return
         self.generic.feed(lineno, s)  # nothing claimed it: perhaps a step row of a dialect the table does not know
