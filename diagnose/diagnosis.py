@@ -227,8 +227,8 @@ def _at_work(run: Run, feats: dict[str, Any]) -> str:
     loss = summary.get("train_loss")
     if summary and (loss is None or isinstance(loss, (int, float)) and math.isfinite(loss)):
         rt = summary.get("train_runtime")
-        signs.append("the trainer's final summary" + (f" ({rt:.0f} s" if isinstance(rt, (int, float)) else " (")
-                     + (f", train_loss {loss:.4g})" if loss is not None else ")"))
+        said = ([f"{rt:.0f} s"] if isinstance(rt, (int, float)) else []) + ([f"train_loss {loss:.4g}"] if loss is not None else [])
+        signs.append("the trainer's final summary" + (f" ({', '.join(said)})" if said else ""))
     return "; ".join(signs)
 
 

@@ -251,9 +251,12 @@ def _unit_of(suffix: str | None, implied: str | None) -> str | None:
     return implied
 
 
+_LOSS_WORD = re.compile(r"(?:^|[\s_./])loss(?:$|[\s_./])")
+
+
 def _lossy(key: str) -> bool:
     """A key that names a loss ('loss', 'train_loss', 'loss_disc', 'box_loss', 'loss after forward pass')."""
-    return SYNONYMS.get(key, ("",))[0] == "loss" or bool(re.search(r"(?:^|[\s_./])loss(?:$|[\s_./])", key))
+    return SYNONYMS.get(key, ("",))[0] == "loss" or bool(_LOSS_WORD.search(key))
 
 
 class GenericRows:

@@ -8,8 +8,10 @@ confidence, the emitting source and line cases), plus `traceback` (an exception
 line no signature claims, also when the paste kept only that line) and
 `traceback_cut` (a traceback whose exception line is not in the text: the
 excerpt ends inside it).  A Python traceback whose final exception line carries a
-specific kind is reported only as that kind; one CPython printed after 'Exception ignored in ...' (a destructor,
-an exit handler) is none, and an exception line the terminal wrapped keeps its next lines (`detail["more"]`).  Call `finish()` at the end of input.
+specific kind is reported only as that kind; one CPython printed after 'Exception ignored in ...' (a
+destructor, an exit handler) is none, an exception line the terminal wrapped keeps its next lines
+(`detail["more"]`), and an IPython traceback whose bottom was cut is named by the class printed at its top.
+Call `finish()` at the end of input.
 Repeats of the same (kind, text) - one per rank - are folded into the first
 event (`detail["repeats"]`).
 """
@@ -227,14 +229,12 @@ _SIG_NEEDLES = [frozenset(n.lower() for n in s.needles) for s in SIGNATURE_TABLE
 _ALL_NEEDLES = tuple(sorted(frozenset().union(*_SIG_NEEDLES)))
 _EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure|Warning)?)(?::\s?(.*))?$")
 _IPY_CONTEXT = re.compile(r"^\s*(?:-+>\s*)?\d+\s|^\s*$|^\s*\.\.\.\s*$|^<ipython-input-|^Cell In\[\d+\]")
+# IPython 8's own frames: 'File ~\\proj\\dataset.py:101, in Batch.get_batch(self)' (the groups of _FRAME_AT's)
 _IPY_FRAME = re.compile(r'^\s*File ([^"\n]+?\.py):(\d+), in ([\w.<>]+)')
 _IPYTHON_TOP = re.compile(r"^\s*((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit))\s{2,}Traceback \(most recent call last\)")
 _CLASS_ALONE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Iteration|Quit|Failure|Warning)$")
 _FRAME = re.compile(r"^\s+|^\s*File \"|^\s*\^+\s*$|^During handling|^The above exception|^\s*$|^\s*\[Previous line repeated")
-_FRAME_AT = re.compile(r'^\s*(?:File ")?([^"\s]*\.py|<[^>]+>)", line (\d+), in (\S+)'
-                       # IPython 8's own frames: 'File ~\\proj\\dataset.py:101, in Batch.get_batch(self)'
-                       r'|^\s*File (?P<ip_file>[^"\n]+?\.py):(?P<ip_line>\d+), in (?P<ip_func>[\w.<>]+)')
-# an exception line printed on its own (the paste kept only the last line of a traceback)
+_FRAME_AT = re.compile(r'^\s*(?:File ")?([^"\s]*\.py|<[^>]+>)", line (\d+), in (\S+)')
 # a line that cannot continue an exception message wrapped by the terminal (rich's traceback wraps at the console
 # width): indented code, a new traceback or chain, another exception, a logger's or launcher's own line
 _NOT_CONT = re.compile(r"^\s|^Traceback|^During handling|^The above exception|^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit"
@@ -247,6 +247,9 @@ def _may_go_on(line: str) -> bool:
     its colon (DeepSpeed's 'ZeRORuntimeException: ' puts the message on the lines after)."""
     t = line.strip()
     return len(t) >= _WRAPPED_AT or t.endswith(":")
+
+
+# an exception line printed on its own (the paste kept only the last line of a traceback)
 _BARE_EXC = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Interrupt)(?::\s.*)?$"
                        r"|^(?:[a-z_]\w*\.)+[A-Z][a-z]\w*:\s\S.*$")  # module.Class: message (pkg_resources.DistributionNotFound)
 
@@ -349,9 +352,7 @@ class EventScanner:
             top = _IPYTHON_TOP.match(line)
             self._tb_class = top.group(1) if top else None
             return
-        fm = _FRAME_AT.match(line)
-        if fm and fm.group("ip_file"):
-            fm = _IPY_FRAME.match(line)  # the same three groups as a CPython frame's
+        fm = _FRAME_AT.match(line) or (_IPY_FRAME.match(line) if "File " in line else None)
         if fm:
             if not self._in_tb:  # a paste that starts inside a traceback: its frames count all the same
                 self._in_tb, self._tb_start, self._frames = True, lineno, []

@@ -142,6 +142,13 @@ def _table_row(header: list[str], text: str) -> dict[str, Any]:
 _POSTFIX = re.compile(r",\s*([A-Za-z][\w/.-]{0,40})=([^\s,\]]+)")
 
 
+def _per_s(rate: float | None, unit: str | None) -> float | None:
+    """A bar's rate as items per second (tqdm prints 's/it' below one a second); None when the paste cut the unit."""
+    if unit is None or rate is None:
+        return None
+    return (1 / rate if rate else None) if unit == "s/it" else rate
+
+
 def _bar_postfix(tail: str) -> dict[str, float]:
     """The numbers of a tqdm bar's postfix (', loss=2.15, v_num=3hqp]'), under their canonical names (loss...)."""
     from diagnose.parse.dialects import SYNONYMS, convert
@@ -695,19 +702,28 @@ class InfoScanner:
             desc = (m.group("desc") or "").strip(" :")
             if _PREPROCESS_BAR.match(desc) or _EVAL_BAR.match(desc) or _OTHER_BAR.match(desc):
                 return True
-            done, rate = int(m.group("done")), float(m.group("rate"))
-            self.progress = {"step": done, "total": None, "line": lineno, "desc": desc or None,
-                             "elapsed_s": _clock_s(m.group("elapsed")), "remaining_s": None}
-            if rate:
-                self.progress["s_per_it"] = rate if m.group("unit") == "s/it" else 1 / rate
-            post = _bar_postfix(body[m.end():])
-            if post:
-                self.progress.update(post)
-                self.note_nonfinite(lineno, post)
-            if done >= 1 and rate and (not self.bar_rows or self.bar_rows[-1]["step"] != done):
-                self.bar_rows.append(dict(self.progress))
+            self._training_bar(lineno, int(m.group("done")), None, float(m.group("rate")), m.group("unit"), desc,
+                               m.group("elapsed"), None, {}, body[m.end():])
             return True
         return False
+
+    def _training_bar(self, lineno: int, done: int, total: int | None, rate: float | None, unit: str | None,
+                      desc: str, elapsed: str, remaining: str | None, columns: dict[str, Any], tail: str) -> None:
+        """One update of the training bar (with or without a total): the run's progress, and a step row when it shows
+        a step done with a speed - or without one when its columns gave the loss (a bar the paste cut)."""
+        self.progress = {"step": done, "total": total, "line": lineno, "desc": desc or None,
+                         "elapsed_s": _clock_s(elapsed), "remaining_s": _clock_s(remaining) if remaining else None}
+        if rate:
+            self.progress["s_per_it"] = rate if unit == "s/it" else 1 / rate
+        self.progress.update(columns)
+        post = _bar_postfix(tail)
+        if post:  # tqdm's set_postfix: 'loss=nan, v_num=0' (Lightning, accelerate scripts)
+            self.progress.update(post)
+            self.note_nonfinite(lineno, post)
+        known = rate or "loss" in self.progress
+        last = self.bar_rows[-1] if self.bar_rows else None
+        if done >= 1 and known and (last is None or last["step"] != done or last.get("epoch") != self.progress.get("epoch")):
+            self.bar_rows.append(dict(self.progress))  # a bar at 0 or without a rate shows no step done
 
     def finish(self) -> None:
         """End of input: an object still open is kept as far as it was read."""
@@ -739,7 +755,7 @@ class InfoScanner:
             shard = _SHARD.search(body[: m.start("pct")])
             if shard and (not desc or _PREPROCESS_BAR.match(desc) or desc.startswith("#")):
                 # one bar per preprocessing process (datasets' num_proc before it merged them): `#3: 40%|...`
-                per_s = None if unit is None else rate if rate is None or unit != "s/it" else (1 / rate if rate else None)
+                per_s = _per_s(rate, unit)
                 what = re.sub(r"\s*#\d+\s*$", "", desc) if desc and not desc.startswith("#") else "Map"
                 self.map_rates.append({"what": what or "Map", "num_proc": 1, "done": done, "total": total,
                                        "rate_per_s": per_s, "unit": unit, "line": lineno, "shard": int(shard.group(1)),
@@ -748,7 +764,7 @@ class InfoScanner:
                 return True
             if _PREPROCESS_BAR.match(desc):
                 np_ = re.search(r"num_proc=(\d+)", desc)
-                per_s = None if unit is None else rate if rate is None or unit != "s/it" else (1 / rate if rate else None)
+                per_s = _per_s(rate, unit)
                 self.map_rates.append({
                     "what": re.sub(r"\s*\(num_proc=\d+\)", "", desc), "num_proc": int(np_.group(1)) if np_ else 1,
                     "done": done, "total": total, "rate_per_s": per_s, "unit": unit, "line": lineno,
@@ -761,20 +777,9 @@ class InfoScanner:
                 rate = None
             elif unit not in ("s/it", "it/s"):
                 return True
-            self.progress = {"step": done, "total": total, "line": lineno, "desc": desc or None,
-                             "elapsed_s": _clock_s(m.group("elapsed")), "remaining_s": _clock_s(m.group("remaining"))}
-            if rate:
-                self.progress["s_per_it"] = rate if unit == "s/it" else 1 / rate
-            if self._table_header:
-                self.progress.update(_table_row(self._table_header, body[: m.start("pct")]))
-            post = _bar_postfix(body[m.end():])
-            if post:  # tqdm's set_postfix: 'loss=nan, v_num=0' (Lightning, accelerate scripts)
-                self.progress.update(post)
-                self.note_nonfinite(lineno, post)
-            known = rate or "loss" in self.progress  # a cut bar still counts when its columns gave the loss
-            if done >= 1 and known and (not self.bar_rows or self.bar_rows[-1]["step"] != done
-                                        or self.bar_rows[-1].get("epoch") != self.progress.get("epoch")):
-                self.bar_rows.append(dict(self.progress))  # a bar at 0 or without a rate shows no step done
+            columns = _table_row(self._table_header, body[: m.start("pct")]) if self._table_header else {}
+            self._training_bar(lineno, done, total, rate, unit, desc, m.group("elapsed"), m.group("remaining"),
+                               columns, body[m.end():])
             return True
         return False
 

@@ -7,7 +7,9 @@ Markdown quotes (`> `), bold markers (`**`), log-viewer line numbers (`[1743] `,
 or `1743] ` when the selection began mid-prefix), container/collector timestamps
 (`2024-01-14T17:41:37.636863045Z `, `2024-05-25 09:08:45,291 `, `18:11:06.680 `,
 `[2023-08-14 01:18:54,483] `, also followed by a colon), torchrun's `[rankN]:` tag and its `--tee` copy's
-`[defaultN]:` (a local rank) and the task number srun --label puts before them (`15: [rank15]:`), Open MPI's `--tag-output` `[jobid,rank]<stderr>:` (the rank), Ray's `(ActorName pid=N, ip=X) ` and `(raylet) `, a colour code whose ESC the copy lost, and the
+`[defaultN]:` (a local rank) and the task number srun --label puts before them (`15: [rank15]:`), Open MPI's
+`--tag-output` `[jobid,rank]<stderr>:` (the rank), Ray's `(ActorName pid=N, ip=X) ` and `(raylet) `, a colour
+code whose ESC the copy lost, and the
 host tag pdsh, MPI and DeepSpeed's multi-node runner put before every line (`worker-1: `, `c000001: `,
 `10.0.0.2: `; a host name holds a digit or a hyphen, so `ValueError: ` is never one, and a name ending like an
 exception class - `cv2.error: `, `h5py.OSError: ` - is kept as the exception line it is).  `rank` is the rank

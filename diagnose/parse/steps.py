@@ -318,15 +318,17 @@ def table_from_rows(rows: list[tuple[int, Any]]) -> StepsTable:
 
 
 def table_from_bars(bars: list[dict[str, Any]]) -> StepsTable:
-    """A steps table from tqdm training-bar updates (step, total, s/it): progress without a log dict."""
+    """A steps table from tqdm training-bar updates (step, total, s/it, and the loss/lr/epoch a bar's postfix or
+    columns carry): progress without a log dict."""
     n = len(bars)
-    cols = {"step": np.array([b["step"] for b in bars], float), "max_steps": np.array([np.nan if b["total"] is None else b["total"] for b in bars], float),
+    cols = {"step": np.array([b["step"] for b in bars], float),
+            "max_steps": np.array([np.nan if b["total"] is None else b["total"] for b in bars], float),  # open bars
             "interval_s": np.array([b.get("s_per_it", np.nan) for b in bars], float),
             "line": np.array([b["line"] for b in bars], float)}
     present = {c: np.zeros(n, bool) for c in ("loss", "grad_norm", "learning_rate", "memory_gib", "epoch")}
-    for col, key in (("loss", "loss"), ("grad_norm", "grad_norm"), ("learning_rate", "lr")):
+    for col, key in (("loss", "loss"), ("grad_norm", "grad_norm"), ("learning_rate", "lr"), ("epoch", "epoch")):
         vals = [b.get(key) for b in bars]
-        if any(v is not None for v in vals):  # the bar's postfix (tqdm set_postfix: 'loss=2.15')
+        if any(v is not None for v in vals):  # the bar's postfix ('loss=2.15') or its columns under a header
             cols[col] = np.array([np.nan if v is None else v for v in vals], float)
             present[col] = np.array([v is not None for v in vals], bool)
     return StepsTable(cols, present)
