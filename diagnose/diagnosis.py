@@ -4,7 +4,8 @@ Contract: `build_diagnosis(findings, skipped, features, run) -> Diagnosis`.
 The primary finding is the most severe (error > warning > info), then the
 highest rule priority; `info` findings never become the primary verdict.  With
 no warning/error finding the verdict is `healthy` when training steps were
-logged (with throughput and MFU when computable), else `unknown`.
+logged (with throughput and MFU when computable; weak from one or two rows), else `unknown` (naming an error a
+logger printed that nothing explains, when there is one).
 Remedies are first checked against the run's effective values (diagnose.remedies:
 an op the run already satisfies is `already`, one the text cannot decide `unknown`);
 then merged: the first finding to touch a flag or env var wins and the later
@@ -165,6 +166,13 @@ def build_diagnosis(findings: list[Finding], skipped: list[Skipped], features: F
                           summary="The GPUs are busy and their memory is full: PyTorch's caching allocator keeps freed "
                                   "memory reserved; nothing in the text says the job is in trouble.",
                           missing="no training step rows: only the GPU snapshot shows the job at work")
+    elif (logged := [e for e in run.events if e.kind == "logged_error"]):
+        e = logged[-1]
+        primary = Primary(category="unknown", rule=None, severity="info", confidence="weak",
+                          summary=f"An error was logged that no rule explains (line {e.line}): "
+                                  f"{str(e.detail.get('message') or e.text)[:160]}",
+                          missing="what the error means: no signature and no entry of the exception table reads its "
+                                  "message, and no traceback shows where it came from")
     elif _at_work(run, feats):
         primary = Primary(category="healthy", rule=None, severity="info", confidence="weak",
                           summary="Nothing wrong in the text, and it shows the job at work (" + _at_work(run, feats)
@@ -233,7 +241,8 @@ def _at_work(run: Run, feats: dict[str, Any]) -> str:
 
 
 def _healthy(run: Run, feats: dict[str, Any]) -> Primary:
-    """No problem found: certain for a whole run, probable for an excerpt (it only shows the part given)."""
+    """No problem found: certain for a whole run, probable for an excerpt (it only shows the part given), weak for an
+    excerpt of one or two step rows."""
     if not feats.get("excerpt"):
         return Primary(category="healthy", rule=None, severity="info", summary=healthy_summary(feats),
                        confidence="certain" if run.ended else "probable")
@@ -241,7 +250,8 @@ def _healthy(run: Run, feats: dict[str, Any]) -> Primary:
     steps = [int(s) for s in t["step"] if s == s]
     span = f"steps {steps[0]}-{steps[-1]}" if steps else f"{len(t)} logged rows"
     parts = [span]
-    if feats.get("step_time_median_s") is not None:
+    few = len(t) < 3  # one or two rows: nothing to say about speed or trend, only that steps ran
+    if feats.get("step_time_median_s") is not None and not few:
         cv = feats.get("step_time_cv")
         steady = "steady speed" if cv is None or cv < 0.25 else "uneven speed"
         parts.append(f"{steady} ({feats['step_time_median_s']:.3g} s/step)")
@@ -251,6 +261,7 @@ def _healthy(run: Run, feats: dict[str, Any]) -> Primary:
     if len(mem) >= 2:
         flat = max(mem) - min(mem) <= 0.05 * max(max(mem), 1e-9)
         parts.append(("memory flat at " if flat else "memory ") + f"{max(mem):.4g} GiB")
-    return Primary(category="healthy", rule=None, severity="info", confidence="probable",
+    return Primary(category="healthy", rule=None, severity="info", confidence="weak" if few else "probable",
                    summary="Healthy as far as the excerpt goes: " + ", ".join(parts) + ".",
-                   missing="the excerpt shows neither the start nor the end of the run")
+                   missing=f"only {len(t)} step row(s) and neither the start nor the end of the run" if few else
+                   "the excerpt shows neither the start nor the end of the run")

@@ -12,7 +12,8 @@ KINDS = tuple(SIGNATURE_KINDS) + ("traceback", "traceback_cut", "nan")
 # kinds that say something stopped the run (the others are warnings, consequences or context)
 _NOT_STOPPING = {"nan", "allocator_flush", "cache_emptied", "traceback", "traceback_cut", "ddp_inactive", "closing_signal", "index_build",
                  "shards_one", "dns_fail", "argv_backslash", "nccl_info", "dataset_error",
-                 "video_decode_fallback", "video_torchvision", "harmless_warning", "labels_masked", "gpu_unusable"}  # broken_media stops a run: not in this set
+                 "video_decode_fallback", "video_torchvision", "harmless_warning", "labels_masked", "gpu_unusable",
+                 "logged_error"}  # broken_media stops a run: not in this set
 
 
 def _ref(e) -> tuple[str | None, int]:
@@ -114,8 +115,29 @@ def _crash(ctx: Ctx):
                     got = (m, exc)
             ctx.cache[key] = (exc, got[0] if got else None, got[1] if got else None, evs[-1])
         else:
-            ctx.cache[key] = _cut_lean(ctx)
+            ctx.cache[key] = _logged_meaning(ctx) or _cut_lean(ctx)
     return ctx.cache[key]
+
+
+def _logged_meaning(ctx: Ctx):
+    """No traceback: the last error a logger printed whose message the table of exception meanings explains (as if
+    it were an exception's message: message entries and shapes), no surer than probable - a logged error need not
+    have stopped the run."""
+    import dataclasses
+
+    from diagnose.parse.exceptions import TypedException, classify
+
+    for ev in reversed(_events(ctx, "logged_error")):
+        level = ev.detail.get("level", "ERROR")
+        exc = TypedException(level, ev.detail.get("message", ""), line=ev.line, qualified=f"logged {level}",
+                             logged=True)
+        got = classify(exc)
+        if got is not None:
+            m = got[0]
+            if m.confidence == "certain":
+                m = dataclasses.replace(m, confidence="probable")
+            return exc, m, exc, ev
+    return None
 
 
 def _cut_lean(ctx: Ctx):

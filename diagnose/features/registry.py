@@ -132,8 +132,12 @@ def compute_features(run: Run, samples: dict[str, Any] | None = None, host: dict
         else:
             val = out
         ctx.values[f.name] = _clean(val)
+    # a line is a partial signature when only partial events sit on it (a nan row read by the step table is certain,
+    # whatever generic line-reader also saw it)
+    sure = {(e.file, e.line) for e in run.events if e.detail.get("confidence") not in ("probable", "weak")}
+    sure |= {(run.line_file, int(v[1])) for v in run.nonfinite.values() if len(v) > 1}  # a metric a row reader read
     probable = {(e.file, e.line): e.detail.get("missing") or _MISSING for e in run.events
-                if e.detail.get("confidence") in ("probable", "weak")}
+                if e.detail.get("confidence") in ("probable", "weak") and (e.file, e.line) not in sure}
     return Features(ctx.values, ctx.lines, notes, probable, run.line_file, ctx.config, set(ctx.assumed))
 
 

@@ -9,7 +9,8 @@ Contract:
   to canonical units (seconds, GiB, percent; "1:02:10" durations; "5,123" counts).
 - `GenericRows`: the fallback for dialects the table does not know: lines that hold three or more `key: number`
   (or `key=number`) pairs are collected by their key set; a key set that repeats on at least 3 lines with numbers
-  that change is a step row of an unknown dialect, its keys mapped to canonical fields by synonyms (`SYNONYMS`:
+  that change is a step row of an unknown dialect (one or two lines are enough when they name both the step and the
+  loss), its keys mapped to canonical fields by synonyms (`SYNONYMS`:
   `lr` -> lr, `iter_time`/`batch_time` -> step_time_s, `data_time` -> data_time_s, `max mem` -> mem_peak_gib ...).
 Canonical fields: step, total, epoch, loss, grad_norm, lr, step_time_s, data_time_s, mem_peak_gib, mem_current_gib,
 samples_per_s, tokens_per_s, tflops, mfu_pct, elapsed_s, remaining_s, skipped_iters, nan_iters, loss_scale,
@@ -199,8 +200,9 @@ SYNONYMS: dict[str, tuple[str, str | None]] = {
     "train_samples_per_second": ("samples_per_s", None), "mfu": ("mfu_pct", "pct"), "tflops": ("tflops", None),
     "kl": ("kl", None), "reward": ("reward", None), "rewards": ("reward", None), "loss_scale": ("loss_scale", None),
 }
+# 'step: 5834/5835' is step 5834 (the total after '/' is dropped)
 _KV = re.compile(r"([A-Za-z_][\w/() .-]{0,40}?)\s*[:=]\s*(-?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|-?inf)"
-                 r"\s*(ms|s|MB|Mb|MiB|GB|GiB|M|G|%)?(?=[\s,|;)\]}]|$)")
+                 r"(?:/\d+(?=[\s,|;)\]}]|$))?\s*(ms|s|MB|Mb|MiB|GB|GiB|M|G|%)?(?=[\s,|;)\]}]|$)")
 _MIN_PAIRS = 3
 _MIN_ROWS = 3
 
@@ -304,13 +306,16 @@ class GenericRows:
     def rows(self) -> list[tuple[int, DialectRow]]:
         out: list[tuple[int, DialectRow]] = []
         for keys, rows in self._by_keys.items():
-            if len(rows) < _MIN_ROWS:
-                continue
             mapped = [k for k in keys if k in SYNONYMS]
             if not any(SYNONYMS[k][0] == "loss" for k in mapped):  # a loss named otherwise ('loss_disc', 'box_loss')
                 mapped += [k for k in keys if k not in SYNONYMS and _lossy(k)][:1]
-            changing = [k for k in mapped if len({r[1][k][0] for r in rows[:50]}) > 1]
-            if not changing:
+            if len(rows) < _MIN_ROWS:
+                # a line or two that name the step and the loss are rows however few ('epoch: 0, step: 5834/5835,
+                # loss: 0.1221, lr: 4.52e-05'): an excerpt often keeps only the last one
+                canon = {SYNONYMS.get(k, ("loss",))[0] for k in mapped}
+                if not {"step", "loss"} <= canon:
+                    continue
+            elif not [k for k in mapped if len({r[1][k][0] for r in rows[:50]}) > 1]:
                 continue
             for lineno, kv in rows:
                 vals: dict[str, float] = {}

@@ -174,11 +174,19 @@ def _native_detail(m: re.Match[str], line: str) -> dict[str, Any]:
     return {}
 
 
+def _logged_detail(m: re.Match[str], line: str) -> dict[str, Any]:
+    """An error a logger printed: its level word and its message (the text after the level and the logger's name)."""
+    msg = next((g for g in m.groups() if g), "")
+    level = re.search(r"ERROR|CRITICAL|FATAL|[Ff]atal error|Error", line)
+    return {"message": msg.strip()[:2000], "level": level.group(0) if level else "ERROR"}
+
+
 _DETAILS: dict[str, Any] = {
     "none": None, "oom": _oom_detail, "timeout": _timeout_detail, "signal": _signal_detail,
     "exitcode": _exitcode_detail, "stuck": _stuck_detail, "dist_timeout": _dist_timeout_detail,
     "closing": _closing_detail, "shards": _shards_detail, "index_build": _index_detail,
     "flushes": _flushes_detail, "config": None, "native": _native_detail,
+    "logged": _logged_detail,
 }
 
 

@@ -10,10 +10,13 @@ Contract:
   validators -> config, datasets/pyarrow/json/media decoders -> data_loading, the allocator -> oom,
   torch.distributed/NCCL/gloo -> nccl, ...; each with the class names, the raising module and function and the
   message it matches, its confidence, a one-line explanation, the source that raises it and its own cases).
-- `classify(exc) -> Meaning | None`: the first entry matching the exception itself; for a chain, the root cause is
+- `classify(exc) -> Meaning | None`: the first entry matching the exception itself (for an error line a logger
+  printed, `logged=True`: the entries keyed on a message, whatever class they name); for a chain, the root cause is
   tried first and a specific entry (one that names a class or a message) beats a fallback keyed on the raising
   module alone, whichever link it matched. Entries of `tier: shape` (the wording of a message no other entry
-  explains: "must be", "is not supported", "contains NaN"...) are tried last, on every link, after both.
+  explains: "must be", "is not supported", "contains NaN"...) are tried after both, on every link; entries of
+  `tier: lean` (the exception's class and the frames it passed through, weak: what such a crash most often is)
+  last of all, on the raised exception only.
 """
 from __future__ import annotations
 
@@ -35,8 +38,13 @@ class Meaning:
     message: re.Pattern[str] | None = None
     source: str = ""
     cases: dict[str, Any] = field(default_factory=dict)
-    shape: bool = False  # tier: shape - read only when no specific entry and no module fallback matched
+    tier: str = ""  # '' (the table), 'shape' (a message's wording) or 'lean' (its class and frames): tried in that order
     via: re.Pattern[str] | None = None  # searched in every frame of the traceback ('FILE FUNC'), not only the raising one
+
+    @property
+    def shape(self) -> bool:
+        """Read only when no specific entry and no module fallback matched (tier shape or lean)."""
+        return self.tier != ""
 
     @property
     def generic(self) -> bool:
@@ -55,6 +63,7 @@ class TypedException:
     rank: int | None = None
     qualified: str = ""
     stack: tuple[str, ...] = ()  # every frame the traceback showed, outermost first, as 'FILE FUNC'
+    logged: bool = False  # an error line a logger printed (no class, no frames): only entries keyed on a message match
 
     def describe(self) -> str:
         mod = re.sub(r"^.*?(?:site-packages|dist-packages)/", "", self.module) if self.module else None
@@ -85,7 +94,7 @@ def load_meanings(path: Path | None = None) -> list[Meaning]:
             module=re.compile(e["module"]) if e.get("module") else None,
             function=re.compile(e["function"]) if e.get("function") else None,
             message=re.compile(e["message"]) if e.get("message") else None,
-            source=str(e.get("source", "")), cases=e.get("cases") or {}, shape=e.get("tier") == "shape",
+            source=str(e.get("source", "")), cases=e.get("cases") or {}, tier=_tier(e),
             via=re.compile(e["via"]) if e.get("via") else None))
     return out
 
@@ -98,7 +107,10 @@ def meanings() -> list[Meaning]:
 
 
 def _matches(m: Meaning, exc: TypedException) -> bool:
-    if m.exceptions and exc.cls not in m.exceptions:
+    if exc.logged:  # its message read as an exception's, whatever class the entry names; never an entry without one
+        if m.message is None:
+            return False
+    elif m.exceptions and exc.cls not in m.exceptions:
         return False
     if m.module is not None and not (exc.module and m.module.search(exc.module.replace("\\", "/"))):
         return False
@@ -111,10 +123,19 @@ def _matches(m: Meaning, exc: TypedException) -> bool:
     return True
 
 
-def classify_one(exc: TypedException, shape: bool = False) -> Meaning | None:
-    """The first entry of the given tier (the table's, or with shape=True the message-shape tier) matching."""
+def _tier(e: dict[str, Any]) -> str:
+    t = e.get("tier") or ""
+    if t not in ("", "shape", "lean"):
+        raise ValueError(f"exceptions.yaml {e.get('id')}: tier must be shape or lean, not {t!r}")
+    return t
+
+
+def classify_one(exc: TypedException, shape: bool = False, tier: str | None = None) -> Meaning | None:
+    """The first entry of the given tier matching: the table's, with shape=True the message-shape tier, or the one
+    named by `tier`."""
+    want = tier if tier is not None else ("shape" if shape else "")
     for m in meanings():
-        if m.shape == shape and _matches(m, exc):
+        if m.tier == want and _matches(m, exc):
             return m
     return None
 
@@ -136,7 +157,8 @@ def classify(exc: TypedException) -> tuple[Meaning, TypedException] | None:
         m = classify_one(link, shape=True)
         if m is not None:
             return m, link
-    return None
+    m = None if exc.logged else classify_one(exc, tier="lean")  # what such a crash most often is: class and frames
+    return (m, exc) if m is not None else None
 
 
 _EXC = re.compile(r"^([A-Za-z_][\w.]*)(?::\s?(.*))?$", re.S)

@@ -1,0 +1,81 @@
+"""What a paste says when no trainer's row or traceback carries it: errors a logger printed, a metric printed nan, one
+row of an unknown trainer, and an exception no entry of the table explains (its class and frames lean weakly)."""
+from __future__ import annotations
+
+import pytest
+
+from diagnose.parse import parse_text
+from diagnose.pipeline import analyze_run
+
+
+def _primary(text: str):
+    return analyze_run(parse_text(text)).primary
+
+
+@pytest.mark.parametrize("text,want", [
+    ("2024-05-01 10:00:00 - train - ERROR - model_type qwen9 is not supported, please check --model_type\n", "config"),
+    ("ERROR:root:the tokenizer must have a pad token: please set --pad_token\n", "config"),
+    ("[ERROR] could not reserve 2048 blocks for the KV cache: not enough memory\n", "oom"),
+    ("Error: Input contains NaN.\n", "nan"),
+])
+def test_a_logged_error_is_read_by_the_meaning_of_its_message(text, want):
+    p = _primary(text)
+    assert p.category == want and p.confidence in ("probable", "weak"), p
+
+
+def test_a_logged_error_nothing_explains_is_named_not_called_healthy():
+    text = ("Sanity Checking: 0it [00:00, ?it/s]\n"
+            "2024-05-01 10:00:00,123 - trainer - ERROR - Failed to upload the checkpoint to the bucket zzz-42\n")
+    p = _primary(text)
+    assert p.category == "unknown" and "zzz-42" in p.summary and "line 2" in p.summary
+
+
+def test_a_logged_error_never_outranks_the_traceback_beside_it():
+    text = """ERROR:root:model_type qwen9 is not supported
+Traceback (most recent call last):
+  File "/opt/proj/train.py", line 10, in main
+    loader = build()
+torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB of which 1.00 GiB is free.
+"""
+    assert _primary(text).category == "oom"
+
+
+def test_a_loss_printed_nan_outside_rows_is_nan_and_rows_decide_when_there_are_some():
+    assert _primary("Epoch 3 | train loss: nan | val loss: nan\nsaving\n").category == "nan"
+    # two mmcv rows: the first interval's grad_norm nan is the fp16 scaler skipping a step, the loss goes on falling
+    rows = ("Epoch [1][100/62598]\tlr: 1.000e-03, eta: 6 days, time: 0.539, data_time: 0.051, memory: 7239, "
+            "loss: 1.9091, grad_norm: nan\n"
+            "Epoch [1][200/62598]\tlr: 1.000e-03, eta: 7 days, time: 0.705, data_time: 0.002, memory: 7239, "
+            "loss: 0.9186, grad_norm: 3.9772\n")
+    assert all(f.rule != "NAN014" for f in analyze_run(parse_text(rows)).findings)
+
+
+def test_one_row_is_healthy_only_weakly():
+    p = _primary("epoch: 0, step: 5834/5835, loss: 0.1221, lr: 4.52e-05\n")
+    assert (p.category, p.confidence) == ("healthy", "weak")
+
+
+@pytest.mark.parametrize("last,module,want", [
+    ("KeyError: 'answer'", "/opt/proj/my_dataset.py", "data_loading"),
+    ("KeyError: 'layers'", "/opt/proj/model.py", "config"),
+    ("AttributeError: 'Trainer' object has no attribute 'processing_class'", "/opt/proj/train.py", "config"),
+])
+def test_an_exception_no_entry_explains_leans_by_its_class_and_frames(last, module, want):
+    tb = f"""Traceback (most recent call last):
+  File "/opt/proj/train.py", line 5, in <module>
+    main()
+  File "{module}", line 31, in run
+    x = f()
+{last}
+"""
+    p = _primary(tb)
+    assert (p.category, p.confidence) == (want, "weak"), p
+
+
+def test_a_runtime_error_no_entry_explains_stays_unknown():
+    tb = """Traceback (most recent call last):
+  File "/opt/proj/train.py", line 5, in <module>
+    main()
+RuntimeError: Expected tensor for argument #1 'indices' to have one of the following scalar types: Long, Int
+"""
+    assert _primary(tb).category == "unknown"
