@@ -17,6 +17,7 @@ The verdict carries a confidence: certain (the category's own signature), probab
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -173,6 +174,11 @@ def build_diagnosis(findings: list[Finding], skipped: list[Skipped], features: F
                                   f"{str(e.detail.get('message') or e.text)[:160]}",
                           missing="what the error means: no signature and no entry of the exception table reads its "
                                   "message, and no traceback shows where it came from")
+    elif (warned := _only_warnings(run)):
+        primary = Primary(category="healthy", rule=None, severity="info", confidence="weak",
+                          summary=f"Only warnings in the text ({len(warned)}), and a warning does not stop a run: "
+                                  + re.sub(r"^.*?(\w*Warning: )", r"\1", warned[0].text.strip())[:140],
+                          missing="no training step rows and no error: whether the run trains well is not in the text")
     elif _at_work(run, feats):
         primary = Primary(category="healthy", rule=None, severity="info", confidence="weak",
                           summary="Nothing wrong in the text, and it shows the job at work (" + _at_work(run, feats)
@@ -209,6 +215,19 @@ _NOTICES = (("forked", "tokenizers turning its threads off in forked workers"),
             ("find_unused_parameters", "DDP's find_unused_parameters notice"))
 
 
+# a warning that speaks of one of the problems swiftdoc diagnoses is not read as ordinary output
+_TROUBLE = re.compile(r"(?i)\bnan\b|\binf\b|overflow|out of memory|\boom\b|timed? ?out|\bnccl\b|deadlock|\bhang")
+
+
+def _only_warnings(run: Run) -> list:
+    """The Python warnings of a text whose every event is a warning, none of them speaking of a problem swiftdoc
+    diagnoses (nan, overflow, out of memory, a timeout, NCCL, a hang); [] otherwise."""
+    warned = [e for e in run.events if e.kind == "py_warning"]
+    if not warned or any(e.kind not in ("py_warning", "harmless_warning") for e in run.events):
+        return []
+    return [] if any(_TROUBLE.search(e.text) for e in warned) else warned
+
+
 def _at_work(run: Run, feats: dict[str, Any]) -> str:
     """Signs in a text without step rows that the job is doing its work: finished preprocessing, Megatron's index
     maps built in a time DL008 does not call slow, only warnings that normal runs print, the fp16 loss scale
@@ -220,9 +239,11 @@ def _at_work(run: Run, feats: dict[str, Any]) -> str:
     if done and not [r for r in run.preprocess if r.get("total") and r["done"] < r["total"]]:
         signs.append(f"{len(done)} preprocessing pass(es) finished")
     harmless = [e for e in run.events if e.kind == "harmless_warning"]
-    if harmless and len(harmless) == len(run.events):
-        said = {name for e in harmless for needle, name in _NOTICES if needle in e.text}
-        signs.append("only notices that normal runs print: " + ", ".join(sorted(said)))
+    warned = [e for e in run.events if e.kind == "py_warning"]
+    if len(harmless) + len(warned) == len(run.events):
+        if harmless:
+            said = {name for e in harmless for needle, name in _NOTICES if needle in e.text}
+            signs.append("only notices that normal runs print: " + ", ".join(sorted(said)))
     if run.loss_scales and min(r["scale"] for r in run.loss_scales) > 128:
         signs.append("the fp16 loss scale coming down from its start, as it does in the first steps")
     if run.evals:

@@ -79,3 +79,20 @@ def test_a_runtime_error_no_entry_explains_stays_unknown():
 RuntimeError: Expected tensor for argument #1 'indices' to have one of the following scalar types: Long, Int
 """
     assert _primary(tb).category == "unknown"
+
+
+def test_a_text_of_warnings_alone_is_healthy_weakly_unless_a_warning_speaks_of_trouble():
+    warn = ("/opt/env/lib/python3.10/site-packages/torch/utils/checkpoint.py:87: UserWarning: None of the inputs have "
+            "requires_grad=True. Gradients will be None\n")
+    p = _primary(warn)
+    assert (p.category, p.confidence) == ("healthy", "weak") and "UserWarning" in p.summary
+    trouble = "/opt/proj/train.py:40: RuntimeWarning: overflow encountered in exp\n"
+    assert _primary(trouble).category != "healthy"
+
+
+def test_libstdcxx_terminate_is_a_native_crash_but_not_the_host_allocator_or_the_watchdog():
+    run = parse_text("terminate called after throwing an instance of 'c10::CUDAError'\n"
+                     "  what():  CUDA error: an illegal memory access was encountered\n")
+    assert any(e.kind == "native_crash" for e in run.events)
+    oom = parse_text("terminate called after throwing an instance of 'std::bad_alloc'\n  what():  std::bad_alloc\n")
+    assert not any(e.kind == "native_crash" for e in oom.events) and analyze_run(oom).primary.category == "oom"

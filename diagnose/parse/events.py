@@ -158,7 +158,7 @@ _NATIVE = (("Segmentation fault", "SIGSEGV"), ("Aborted", "SIGABRT"), ("Floating
            # bash's text in the user's locale (glibc libc.mo), see signatures.yaml native_crash
            ("段错误", "SIGSEGV"), ("區段錯誤", "SIGSEGV"), ("세그멘테이션 오류", "SIGSEGV"), ("Speicherzugriffsfehler", "SIGSEGV"),
            ("Erreur de segmentation", "SIGSEGV"), ("Violación de segmento", "SIGSEGV"), ("Ошибка сегментирования", "SIGSEGV"),
-           ("已放弃", "SIGABRT"))
+           ("已放弃", "SIGABRT"), ("terminate called after throwing", "SIGABRT"))
 _NATIVE_CODES = {-11: "SIGSEGV", -6: "SIGABRT", -8: "SIGFPE", -4: "SIGILL", 139: "SIGSEGV", 134: "SIGABRT"}
 
 
