@@ -96,3 +96,10 @@ def test_libstdcxx_terminate_is_a_native_crash_but_not_the_host_allocator_or_the
     assert any(e.kind == "native_crash" for e in run.events)
     oom = parse_text("terminate called after throwing an instance of 'std::bad_alloc'\n  what():  std::bad_alloc\n")
     assert not any(e.kind == "native_crash" for e in oom.events) and analyze_run(oom).primary.category == "oom"
+
+
+def test_nan_in_a_metric_no_canonical_field_takes_is_nan():
+    rows = "".join(f"Epoch: [40][{i}00/1603]  Time: 1.{i}s (1.3s)   Data: 0.0s (0.1s)   Stage0-heatmaps: nan (nan)\n"
+                   for i in range(1, 5))
+    diag = analyze_run(parse_text(rows))
+    assert diag.primary.category == "nan" and "stage0-heatmaps" in str(diag.findings[0].evidence).lower()

@@ -201,8 +201,11 @@ SYNONYMS: dict[str, tuple[str, str | None]] = {
     "kl": ("kl", None), "reward": ("reward", None), "rewards": ("reward", None), "loss_scale": ("loss_scale", None),
 }
 # 'step: 5834/5835' is step 5834 (the total after '/' is dropped)
-_KV = re.compile(r"([A-Za-z_][\w/() .-]{0,40}?)\s*[:=]\s*(-?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|-?inf)"
-                 r"(?:/\d+(?=[\s,|;)\]}]|$))?\s*(ms|s|MB|Mb|MiB|GB|GiB|M|G|%)?(?=[\s,|;)\]}]|$)")
+# the running average printed after a value, MetricLogger style ('Time: 1.162s (1.383s)', 'loss: nan (nan)'), is skipped;
+# a key holds parentheses only in pairs ('memory(gib)'), so '(Epoch 20) TRAIN LOSS:0.19' is the key 'TRAIN LOSS'
+_KV = re.compile(r"([A-Za-z_](?:[\w/ .-]|\([\w/ .-]{0,12}\)){0,40}?)\s*[:=]\s*(-?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|-?inf)"
+                 r"(?:/\d+(?=[\s,|;)\]}]|$))?\s*(ms|s|MB|Mb|MiB|GB|GiB|M|G|%)?"
+                 r"(?:\s?\((?:-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|-?inf)(?:ms|s|%)?\))?(?=[\s,|;)\]}]|$)")
 _MIN_PAIRS = 3
 _MIN_ROWS = 3
 
@@ -266,6 +269,9 @@ class GenericRows:
 
     def __init__(self) -> None:
         self._by_keys: dict[tuple[str, ...], list[tuple[int, dict[str, tuple[str, str | None]]]]] = {}
+        # after rows(): (line, {key: raw}) for the row metrics no canonical field takes that are nan/inf
+        # ('Stage0-heatmaps: nan'): nan in any metric is nan
+        self.nonfinite: list[tuple[int, dict[str, str]]] = []
 
     def feed(self, lineno: int, line: str) -> bool:
         if len(line) > 4000:
@@ -305,19 +311,26 @@ class GenericRows:
 
     def rows(self) -> list[tuple[int, DialectRow]]:
         out: list[tuple[int, DialectRow]] = []
+        self.nonfinite = []
         for keys, rows in self._by_keys.items():
             mapped = [k for k in keys if k in SYNONYMS]
             if not any(SYNONYMS[k][0] == "loss" for k in mapped):  # a loss named otherwise ('loss_disc', 'box_loss')
                 mapped += [k for k in keys if k not in SYNONYMS and _lossy(k)][:1]
+            changing = [k for k in mapped if len({r[1][k][0] for r in rows[:50]}) > 1]
             if len(rows) < _MIN_ROWS:
                 # a line or two that name the step and the loss are rows however few ('epoch: 0, step: 5834/5835,
-                # loss: 0.1221, lr: 4.52e-05'): an excerpt often keeps only the last one
+                # loss: 0.1221, lr: 4.52e-05'): an excerpt often keeps only the last one; so are two lines whose
+                # loss changes ('(Epoch 20) TRAIN LOSS:0.1903 CER:6.53%', then epoch 21's)
                 canon = {SYNONYMS.get(k, ("loss",))[0] for k in mapped}
-                if not {"step", "loss"} <= canon:
+                loss_moves = len(rows) == 2 and any(SYNONYMS.get(k, ("loss",))[0] == "loss" for k in changing)
+                if not ({"step", "loss"} <= canon or loss_moves):
                     continue
-            elif not [k for k in mapped if len({r[1][k][0] for r in rows[:50]}) > 1]:
+            elif not changing:
                 continue
             for lineno, kv in rows:
+                bad = {k: v[0] for k, v in kv.items() if k not in mapped and v[0].lstrip("-") in ("nan", "inf")}
+                if bad:
+                    self.nonfinite.append((lineno, bad))
                 vals: dict[str, float] = {}
                 for k in mapped:
                     canon, implied = SYNONYMS.get(k) or ("loss", None)
