@@ -220,10 +220,10 @@ _TROUBLE = re.compile(r"(?i)\bnan\b|\binf\b|overflow|out of memory|\boom\b|timed
 
 
 def _only_warnings(run: Run) -> list:
-    """The Python warnings of a text whose every event is a warning, none of them speaking of a problem swiftdoc
+    """The warnings (Python's and loggers') of a text whose every event is a warning, none of them speaking of a problem swiftdoc
     diagnoses (nan, overflow, out of memory, a timeout, NCCL, a hang); [] otherwise."""
-    warned = [e for e in run.events if e.kind == "py_warning"]
-    if not warned or any(e.kind not in ("py_warning", "harmless_warning") for e in run.events):
+    warned = [e for e in run.events if e.kind in ("py_warning", "logged_warning")]
+    if not warned or any(e.kind not in ("py_warning", "logged_warning", "harmless_warning") for e in run.events):
         return []
     return [] if any(_TROUBLE.search(e.text) for e in warned) else warned
 
@@ -239,7 +239,7 @@ def _at_work(run: Run, feats: dict[str, Any]) -> str:
     if done and not [r for r in run.preprocess if r.get("total") and r["done"] < r["total"]]:
         signs.append(f"{len(done)} preprocessing pass(es) finished")
     harmless = [e for e in run.events if e.kind == "harmless_warning"]
-    warned = [e for e in run.events if e.kind == "py_warning"]
+    warned = [e for e in run.events if e.kind in ("py_warning", "logged_warning")]
     if len(harmless) + len(warned) == len(run.events):
         if harmless:
             said = {name for e in harmless for needle, name in _NOTICES if needle in e.text}

@@ -13,7 +13,7 @@ KINDS = tuple(SIGNATURE_KINDS) + ("traceback", "traceback_cut", "nan")
 _NOT_STOPPING = {"nan", "allocator_flush", "cache_emptied", "traceback", "traceback_cut", "ddp_inactive", "closing_signal", "index_build",
                  "shards_one", "dns_fail", "argv_backslash", "nccl_info", "dataset_error",
                  "video_decode_fallback", "video_torchvision", "harmless_warning", "labels_masked", "gpu_unusable",
-                 "logged_error", "py_warning"}  # broken_media stops a run: not in this set
+                 "logged_error", "py_warning", "logged_warning"}  # broken_media stops a run: not in this set
 
 
 def _ref(e) -> tuple[str | None, int]:

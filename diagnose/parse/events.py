@@ -235,7 +235,8 @@ SIGNATURES: list[tuple[str, re.Pattern[str], Any]] = [(s.kind, s.pattern, s.deta
 _PREFILTER = any_of(n.lower() for s in SIGNATURE_TABLE for n in s.needles)
 _SIG_NEEDLES = [frozenset(n.lower() for n in s.needles) for s in SIGNATURE_TABLE]
 _ALL_NEEDLES = tuple(sorted(frozenset().union(*_SIG_NEEDLES)))
-_EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure|Warning)?)(?::\s?(.*))?$")
+# Ray prints a remote task's exception as its wrapper with the cause's class: 'ray.exceptions.RayTaskError(OutOfMemoryError): ...'
+_EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure|Warning)?(?:\([A-Z]\w*\))?)(?::\s?(.*))?$")
 _IPY_CONTEXT = re.compile(r"^\s*(?:-+>\s*)?\d+\s|^\s*$|^\s*\.\.\.\s*$|^<ipython-input-|^Cell In\[\d+\]")
 # IPython 8's own frames: 'File ~\\proj\\dataset.py:101, in Batch.get_batch(self)' (the groups of _FRAME_AT's)
 _IPY_FRAME = re.compile(r'^\s*File ([^"\n]+?\.py):(\d+), in ([\w.<>]+)')
@@ -248,6 +249,10 @@ _FRAME_AT = re.compile(r'^\s*(?:File ")?([^"\s]*\.py|<[^>]+>)", line (\d+), in (
 _NOT_CONT = re.compile(r"^\s|^Traceback|^During handling|^The above exception|^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit"
                        r"|Warning|Failure)\b|^[A-Z]{3,}\b|^[\[({<]|^\d{4}[-/]|^[WEIF]\d{4} |^[-=*#~]{3}|^\W*$")
 _WRAPPED_AT = 60  # an exception line this long may have been wrapped by the terminal
+
+
+_HANDLED_WARNING = re.compile(r"(?:^|[\s\]|:(-])WARN(?:ING)?\b.{0,200}?\b(?:not available|will not be (?:enabled|used)|"
+                              r"falling back|fall back|skipping|ignored|disabled)\b")
 
 
 def _may_go_on(line: str) -> bool:
@@ -287,6 +292,7 @@ class EventScanner:
         self._ignored_next = False
         self._tb_ignored = False
         self._tb_class: str | None = None  # the class IPython printed above the traceback
+        self._prev = ""  # the last non-blank line read
 
     def _add(self, kind: str, lineno: int, text: str, detail: dict[str, Any] | None = None, fold_kind: bool = False) -> None:
         text = text.strip()[:500]
@@ -334,6 +340,8 @@ class EventScanner:
                     self._add(sig.kind, lineno, line, detail, sig.fold_kind)
                     break
         self._traceback(lineno, line)
+        if line.strip():
+            self._prev = line
 
     def _traceback(self, lineno: int, line: str) -> None:
         if self._cont is not None:
@@ -355,7 +363,11 @@ class EventScanner:
             self._in_tb = True
             self._tb_start = lineno
             self._frames = []
-            self._tb_ignored, self._ignored_next = self._ignored_next, False
+            # a logger's warning that something optional is off, its traceback printed as the record's exc_info
+            # (xformers: 'A matching Triton is not available, some optimizations will not be enabled' + the
+            # ModuleNotFoundError): handled, the program went on
+            self._tb_ignored = self._ignored_next or bool(_HANDLED_WARNING.search(self._prev))
+            self._ignored_next = False
             # IPython/Jupyter name the exception class at the top: 'OutOfMemoryError    Traceback (most recent ...)'
             top = _IPYTHON_TOP.match(line)
             self._tb_class = top.group(1) if top else None

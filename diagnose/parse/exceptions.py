@@ -161,16 +161,17 @@ def classify(exc: TypedException) -> tuple[Meaning, TypedException] | None:
     return (m, exc) if m is not None else None
 
 
-_EXC = re.compile(r"^([A-Za-z_][\w.]*)(?::\s?(.*))?$", re.S)
+_EXC = re.compile(r"^([A-Za-z_][\w.]*)(?:\(([A-Z]\w*)\))?(?::\s?(.*))?$", re.S)
 
 
 def parse_exception_line(text: str) -> tuple[str, str, str]:
-    """'torch.distributed.DistBackendError: NCCL error ...' -> ('DistBackendError', message, qualified name)."""
+    """'torch.distributed.DistBackendError: NCCL error ...' -> ('DistBackendError', message, qualified name); Ray's
+    'ray.exceptions.RayTaskError(OutOfMemoryError): ...' is the remote task's exception, its class in parentheses."""
     m = _EXC.match(text.strip())
     if not m:
         return text.strip()[:80], "", text.strip()[:80]
-    qual = m.group(1)
-    return qual.split(".")[-1], (m.group(2) or "").strip(), qual
+    qual = m.group(1) + (f"({m.group(2)})" if m.group(2) else "")
+    return m.group(2) or m.group(1).split(".")[-1], (m.group(3) or "").strip(), qual
 
 
 def typed_exception(event: Any) -> TypedException:
