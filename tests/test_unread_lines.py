@@ -103,3 +103,29 @@ def test_nan_in_a_metric_no_canonical_field_takes_is_nan():
                    for i in range(1, 5))
     diag = analyze_run(parse_text(rows))
     assert diag.primary.category == "nan" and "stage0-heatmaps" in str(diag.findings[0].evidence).lower()
+
+
+def test_a_traceback_a_logger_printed_under_a_warning_that_something_optional_is_off_is_not_a_crash():
+    text = """WARNING  A matching Triton is not available, some optimizations will not be enabled   __init__.py:61
+Traceback (most recent call last):
+  File "/venv/Lib/site-packages/xformers/__init__.py", line 57, in _is_triton_available
+    import triton  # noqa
+ModuleNotFoundError: No module named 'triton'
+"""
+    run = parse_text(text)
+    assert not [e for e in run.events if e.kind == "traceback"]
+    # the same traceback after an ordinary line is the crash
+    crash = parse_text(text.replace("WARNING  A matching Triton is not available, some optimizations will not be "
+                                    "enabled", "loading the model"))
+    assert [e for e in crash.events if e.kind == "traceback"]
+
+
+def test_a_ray_task_error_is_read_as_the_class_of_its_cause():
+    tb = """Traceback (most recent call last):
+  File "/root/slime/train.py", line 88, in train
+    ray.get(actor_model.async_train(rollout_id, rollout_data_ref))
+  File "/usr/local/lib/python3.12/dist-packages/ray/_private/worker.py", line 1012, in get_objects
+    raise value.as_instanceof_cause()
+ray.exceptions.RayTaskError(OutOfMemoryError): ray::MegatronTrainRayActor.train() (pid=2025282, ip=10.0.0.1)
+"""
+    assert _primary(tb).category == "oom"
