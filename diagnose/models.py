@@ -36,7 +36,7 @@ STEP_COLUMNS: tuple[str, ...] = (
 )
 # columns only some trainers print (other dialects' step rows: parse.dialects): created when first read, so an
 # ms-swift log of a million steps does not pay for them
-EXTRA_COLUMNS: tuple[str, ...] = ("data_time_s", "samples_per_s", "tokens_per_s", "mfu_pct")
+EXTRA_COLUMNS: tuple[str, ...] = ("data_time_s", "samples_per_s", "tokens_per_s", "mfu_pct", "loss_scale")
 
 
 class StepsTable:

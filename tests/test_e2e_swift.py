@@ -55,4 +55,5 @@ def test_real_swift_sft_parses_and_analyzes(tiny):
     a = subprocess.run([sys.executable, "-m", "diagnose", "analyze", str(log), "--format", "json"], capture_output=True, timeout=120)
     diag = json.loads(a.stdout)
     assert diag["primary"]["category"] == "healthy", diag["findings"]
-    assert diag["run"]["events"] == []
+    # a healthy run prints warnings (ms-swift's trust_remote_code notice, torch's pin_memory UserWarning), nothing else
+    assert {e["kind"] for e in diag["run"]["events"]} <= {"logged_warning", "py_warning"}, diag["run"]["events"]

@@ -129,3 +129,12 @@ def test_a_ray_task_error_is_read_as_the_class_of_its_cause():
 ray.exceptions.RayTaskError(OutOfMemoryError): ray::MegatronTrainRayActor.train() (pid=2025282, ip=10.0.0.1)
 """
     assert _primary(tb).category == "oom"
+
+
+def test_a_step_row_whose_fp16_loss_scale_is_zero_is_the_scale_collapsed_but_bf16s_constant_one_is_not():
+    row = ("| epoch 028 | loss 3.976 | nll_loss 2.204 | ppl 4.61 | num_updates {u} | lr 0.00033 | gnorm 0.635 | "
+           "loss_scale {s} | wall 4043\n")
+    collapsed = analyze_run(parse_text(row.format(u=9165, s="0.000")))
+    assert collapsed.primary.category == "nan" and collapsed.findings[0].rule == "NAN010"
+    bf16 = analyze_run(parse_text("".join(row.format(u=u, s="1.0") for u in (10, 20, 30))))
+    assert all(f.rule != "NAN010" for f in bf16.findings)

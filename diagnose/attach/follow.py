@@ -3,7 +3,7 @@
 Contract: `LogFollower(paths, start_at_end=False)`; `poll() -> Change` stats every path (no reading
 when nothing changed) and reads only the bytes appended since the last poll, up
 to whole lines, to test them against `URGENT` (the error signatures of
-`parse.events`, tracebacks, NaN/inf values).  A file that shrank was truncated
+`parse.events` other than notices and warnings, tracebacks, NaN/inf values).  A file that shrank was truncated
 (read again from 0); one whose inode changed at the same path was rotated (the
 new file is read from 0); a path that vanished is reported in `deleted`.  Paths
 that do not exist yet are watched until they appear (`appeared`, scanned from 0).
@@ -20,9 +20,11 @@ from pathlib import Path
 
 from diagnose.parse.events import SIGNATURES
 
+# kinds that are ordinary output (notices, warnings): a run prints them while all is well
+_NOT_URGENT = {"harmless_warning", "py_warning", "logged_warning"}
 # a new line matching this makes attach re-parse and diagnose at once
 URGENT = re.compile(
-    "|".join(f"(?:{p.pattern})" for _, p, _ in SIGNATURES)
+    "|".join(f"(?:{p.pattern})" for kind, p, _ in SIGNATURES if kind not in _NOT_URGENT)
     + r"|Traceback \(most recent call last\)|[:=]\s*'?(?:nan|NaN|-?inf|-?Infinity)\b'?"
     + r"|End time of running main|train_runtime",
     re.M,

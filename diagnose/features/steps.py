@@ -461,10 +461,19 @@ def _nonfinite_rows(ctx: Ctx):
 
 
 @feature("loss_scale_min", "scale", "The lowest fp16 dynamic loss scale the text shows a step falling back to "
-         "(DeepSpeed 'reducing to', apex 'reducing loss scale to'); it starts at 2^16 and halves on every overflow.",
+         "(DeepSpeed 'reducing to', apex 'reducing loss scale to'; a step row's loss scale only when it is 0); it starts "
+         "at 2^16 and halves on every overflow.",
          FAMILY)
 def _ls_min(ctx: Ctx):
-    ls = ctx.run.loss_scales
+    ls = list(ctx.run.loss_scales)
+    t = ctx.run.steps
+    if t.has("loss_scale"):
+        # a step row's loss scale at 0 (fairseq's '| loss_scale 0.000 |'): the scale collapsed, every step overflows;
+        # other row values are left out (bf16 trainers print a constant 'loss scale: 1.0')
+        zero = t.present("loss_scale") & (t["loss_scale"] == 0)
+        if zero.any():
+            i = int(np.flatnonzero(zero)[0])
+            ls.append({"scale": 0.0, "line": int(t["line"][i])})
     if not ls:
         return None
     low = min(ls, key=lambda r: r["scale"])

@@ -192,7 +192,7 @@ SYNONYMS: dict[str, tuple[str, str | None]] = {
     "max mem": ("mem_peak_gib", "MiB"), "max_memory": ("mem_peak_gib", "MiB"), "memory(gib)": ("mem_peak_gib", "GiB"),
     "mem_gib": ("mem_peak_gib", "GiB"), "memory_gb": ("mem_peak_gib", "GB"),
     "it": ("step", None), "iter": ("step", None), "step": ("step", None), "iteration": ("step", None),
-    "global_step": ("step", None), "epoch": ("epoch", None),
+    "global_step": ("step", None), "epoch": ("epoch", None), "num_updates": ("step", None),
     "tps": ("tokens_per_s", "count"), "tokens/s": ("tokens_per_s", "count"), "tok/s": ("tokens_per_s", "count"),
     "tokens_per_sec": ("tokens_per_s", "count"), "tokens_per_second": ("tokens_per_s", "count"),
     "samples/s": ("samples_per_s", None), "samples/sec": ("samples_per_s", None),
@@ -214,6 +214,7 @@ _PIPE_SEG = re.compile(r"^\s*([A-Za-z][A-Za-z _()/.-]{0,40}?)\s+(-?(?:\d[\d,]*\.
                        r"(?:/(\d+))?\s*(ms|s|MB|MiB|GB|GiB|%)?\s*$", re.IGNORECASE)
 
 
+_EVALISH = re.compile(r"(?i)\b(?:valid|validation|eval|evaluation|test|testing|val)\b")
 _PIPE_SPLIT = re.compile(r"\|")
 _COLUMNS = re.compile(r"\s{3,}")
 _LIST_SPLIT = re.compile(r",\s+|;\s*")  # ', ' and ';' - never the ',' inside '1,234'
@@ -272,6 +273,7 @@ class GenericRows:
         # after rows(): (line, {key: raw}) for the row metrics no canonical field takes that are nan/inf
         # ('Stage0-heatmaps: nan'): nan in any metric is nan
         self.nonfinite: list[tuple[int, dict[str, str]]] = []
+        self._evalish: set[int] = set()  # lines of the first rows of a key set that say valid/eval/test
 
     def feed(self, lineno: int, line: str) -> bool:
         if len(line) > 4000:
@@ -307,6 +309,8 @@ class GenericRows:
         rows = self._by_keys.setdefault(key, [])
         if len(rows) < 200_000:
             rows.append((lineno, kv))
+            if len(rows) < _MIN_ROWS and _EVALISH.search(line):
+                self._evalish.add(lineno)
         return True
 
     def rows(self) -> list[tuple[int, DialectRow]]:
@@ -323,8 +327,8 @@ class GenericRows:
                 # loss changes ('(Epoch 20) TRAIN LOSS:0.1903 CER:6.53%', then epoch 21's)
                 canon = {SYNONYMS.get(k, ("loss",))[0] for k in mapped}
                 loss_moves = len(rows) == 2 and any(SYNONYMS.get(k, ("loss",))[0] == "loss" for k in changing)
-                if not ({"step", "loss"} <= canon or loss_moves):
-                    continue
+                if not ({"step", "loss"} <= canon or loss_moves) or any(ln in self._evalish for ln, _ in rows):
+                    continue  # an evaluation line ('| valid on 'valid' subset | loss 9.329 |') is not a train row
             elif not changing:
                 continue
             for lineno, kv in rows:

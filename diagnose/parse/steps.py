@@ -290,7 +290,7 @@ def _derive_times(cols: dict[str, np.ndarray], start_step: float) -> None:
 _DIALECT_COLS = {"step": "step", "total": "max_steps", "loss": "loss", "grad_norm": "grad_norm", "lr": "learning_rate",
                  "mem_peak_gib": "memory_gib", "epoch": "epoch", "step_time_s": "interval_s",
                  "data_time_s": "data_time_s", "samples_per_s": "samples_per_s", "tokens_per_s": "tokens_per_s",
-                 "mfu_pct": "mfu_pct"}
+                 "mfu_pct": "mfu_pct", "loss_scale": "loss_scale"}
 
 
 def table_from_rows(rows: list[tuple[int, Any]]) -> StepsTable:
