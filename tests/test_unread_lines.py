@@ -138,3 +138,21 @@ def test_a_step_row_whose_fp16_loss_scale_is_zero_is_the_scale_collapsed_but_bf1
     assert collapsed.primary.category == "nan" and collapsed.findings[0].rule == "NAN010"
     bf16 = analyze_run(parse_text("".join(row.format(u=u, s="1.0") for u in (10, 20, 30))))
     assert all(f.rule != "NAN010" for f in bf16.findings)
+
+
+def test_nan_in_a_dialect_row_metric_the_dialect_does_not_map_is_nan():
+    rows = "".join(f"2022-05-07 17:0{i}:57,696 - mmseg - INFO - Iter [{i}0/40000]\tlr: 1.958e-06, eta: 1 day, "
+                   f"0:29:42, time: 2.207, data_time: 0.029, memory: 9801, decode.loss_seg: nan, decode.acc_seg: 3{i}.26\n"
+                   for i in range(1, 5))
+    diag = analyze_run(parse_text(rows))
+    assert diag.primary.category == "nan" and "decode.loss_seg" in str(diag.findings[0].evidence)
+
+
+def test_memory_that_rises_at_every_logged_row_leans_oom_and_a_settled_peak_does_not():
+    row = ("2022-08-20 09:33:05,035 - mmdet - INFO - Epoch [1][{i}/3712]\tlr: 1.000e-03, eta: 1 day, 16:26:28, "
+           "time: 0.416, data_time: 0.004, memory: {m}, loss: 2.9043\n")
+    creeping = "".join(row.format(i=i, m=5295 + 108 * k) for k, i in enumerate(range(240, 400, 30)))
+    p = _primary(creeping)
+    assert (p.category, p.confidence) == ("oom", "weak")
+    settled = "".join(row.format(i=i, m=5295 if k < 2 else 5600) for k, i in enumerate(range(240, 400, 30)))
+    assert _primary(settled).category == "healthy"

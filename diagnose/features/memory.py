@@ -68,6 +68,25 @@ def _growth(ctx: Ctx):
     return float((m[-1] - m[0]) / m[0])
 
 
+@feature("memory_rising_rows", "rows",
+         "Logged rows at the end of the log whose memory is higher than the row before, each one (a new peak at every "
+         "logging interval: what a leak prints), counted when there are 5 or more rows with memory.", FAMILY)
+def _rising(ctx: Ctx):
+    t = ctx.run.steps
+    if not len(t) or not t.has("memory_gib"):
+        return None
+    m = t["memory_gib"][~np.isnan(t["memory_gib"])]
+    if len(m) < 5:
+        return None
+    n = 0
+    for i in range(len(m) - 1, 0, -1):
+        if m[i] > m[i - 1]:
+            n += 1
+        else:
+            break
+    return n
+
+
 @feature("snapshot_gpu_mem_frac", "fraction", "Fullest GPU's memory in a pasted nvidia-smi/gpustat snapshot (used ÷ total).", FAMILY)
 def _snap_mem(ctx: Ctx):
     gpus = (ctx.run.snapshot or {}).get("gpus")

@@ -257,11 +257,11 @@ def _unit_of(suffix: str | None, implied: str | None) -> str | None:
     return implied
 
 
-_LOSS_WORD = re.compile(r"(?:^|[\s_./])loss(?:$|[\s_./])")
+_LOSS_WORD = re.compile(r"(?:^|[\s_./])loss(?:es)?(?:$|[\s_./])")
 
 
 def _lossy(key: str) -> bool:
-    """A key that names a loss ('loss', 'train_loss', 'loss_disc', 'box_loss', 'loss after forward pass')."""
+    """A key that names a loss ('loss', 'train_loss', 'loss_disc', 'box_loss', 'loss after forward pass', 'losses')."""
     return SYNONYMS.get(key, ("",))[0] == "loss" or bool(_LOSS_WORD.search(key))
 
 

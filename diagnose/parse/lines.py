@@ -183,6 +183,10 @@ def _wrapped_pairs(s: str) -> dict[str, str]:
 # The line recognisers, tried in this order on each non-step line: (name, needles - a cheap prefilter,
 # the line must hold one of them -, handler method).  A handler returns True when the line was its kind.
 # Each has its line cases in tests/data/line_cases.yaml.
+# 'key: nan' / 'key=inf' anywhere in a row (a metric no dialect field takes)
+_NONFINITE_PAIR = re.compile(r"([A-Za-z_][\w./-]{0,60})\s*[:=]\s*(nan|-?inf)\b")
+
+
 def _dialect_needles() -> tuple[str, ...]:
     """The longest needle of every dialect (parse/dialects.yaml; a dialect needs all of its needles): a line holding
     none of them is no dialect's row."""
@@ -563,6 +567,9 @@ class InfoScanner:
         v = row.values
         # an eval row's loss is not the training loss the step features read: its nan counts as an eval metric's
         self.note_nonfinite(lineno, {f"eval {k}": x for k, x in v.items()} if row.kind == "eval" else v)
+        if "nan" in s or "inf" in s:  # the row's other metrics, whatever the dialect maps ('decode.loss_seg: nan')
+            more = {k: x for k, x in _NONFINITE_PAIR.findall(s) if k.lower() not in v}
+            self.note_nonfinite(lineno, {f"eval {k}": x for k, x in more.items()} if row.kind == "eval" else more)
         if row.kind == "train" and v.get("step_time_s") and v.get("data_time_s") is not None:
             self.run.iter_times.append({"line": lineno, "time_s": v["step_time_s"], "data_time_s": v["data_time_s"]})
         return True
