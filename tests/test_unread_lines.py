@@ -156,3 +156,45 @@ def test_memory_that_rises_at_every_logged_row_leans_oom_and_a_settled_peak_does
     assert (p.category, p.confidence) == ("oom", "weak")
     settled = "".join(row.format(i=i, m=5295 if k < 2 else 5600) for k, i in enumerate(range(240, 400, 30)))
     assert _primary(settled).category == "healthy"
+
+
+def test_a_numeric_table_with_nan_columns_is_nan():
+    text = "".join(f"2022-05-08 16:27:0{i},927 1794{i} 0.00 nan 0.00 nan 0.00 nan 0.00 0.00 nan ---- ----\n"
+                   for i in range(3))
+    assert _primary(text).category == "nan"
+    assert _primary("17940 0.00 12.5 0.00 3.1 0.00 4.2\n17941 0.00 12.4 0.00 3.0 0.00 4.1\n").category != "nan"
+
+
+def test_a_loss_that_leaps_a_thousandfold_is_diverging_but_a_loss_that_starts_huge_and_falls_is_not():
+    row = "Epoch [6][{i}/3681]\tlr: 0.02000, eta: 3:50:21, time: 0.555, data_time: 0.005, memory: 6147, loss: {l}\n"
+    leap = "".join(row.format(i=i, l=v) for i, v in zip(range(3150, 3400, 50), (1.01, 0.98, 1.02, 2251.3, 1.7e10)))
+    assert _primary(leap).category == "nan"
+    falling = "".join(row.format(i=i, l=v) for i, v in zip(range(3150, 3400, 50), (243687.9, 141.7, 12.0, 5.1, 4.9)))
+    assert all(f.rule != "NAN015" for f in analyze_run(parse_text(falling)).findings)
+
+
+def test_a_nan_printed_after_the_last_row_is_read_even_beside_rows():
+    text = "iter 0: loss 4.8131, time 36410.71ms, mfu -100.00%\niter 1: loss nan, time 13\n"
+    assert _primary(text).category == "nan"
+
+
+def test_lightning_with_no_training_batches_is_an_empty_dataset():
+    text = ("/venv/lib/python3.12/site-packages/lightning/pytorch/utilities/data.py:106: Total length of `DataLoader` "
+            "across ranks is zero. Please make sure this was your intention.\n`Trainer.fit` stopped: No training batches.\n")
+    assert _primary(text).category == "data_loading"
+
+
+def test_the_final_metrics_table_is_the_summary_and_an_astronomical_mean_loss_is_nan():
+    table = ("***** train metrics *****\n  epoch                    =             1.0\n"
+             "  train_loss               = {loss}\n  train_runtime            =      3:32:59.59\n")
+    run = parse_text(table.format(loss="4784435875.5407"))
+    assert run.summary["train_loss"] > 4e9 and abs(run.summary["train_runtime"] - 12779.59) < 0.01
+    assert analyze_run(run).primary.category == "nan"
+    assert _primary(table.format(loss="1.2345")).category == "healthy"
+
+
+def test_internvls_image_token_mismatch_warning_is_config():
+    text = ("{'loss': 0.0, 'learning_rate': 3.3e-07, 'epoch': 0.01}\n"
+            "warning: The size of tensor a (2017) must match the size of tensor b (3328) at non-singleton dimension 0, "
+            "input_embeds[selected].shape=torch.Size([2017, 2048]), vit_embeds.shape=torch.Size([3328, 2048])\n")
+    assert _primary(text).category == "config"

@@ -205,6 +205,19 @@ def _crash_explain(ctx: Ctx):
     return c[1].explain if c is not None and c[1] is not None and c[1].explain else None
 
 
+@feature("nan_printed_after_rows", "bool",
+         "A metric printed as nan (nan_printed) on a line after the last step row: the rows end before it, so they "
+         "cannot show it (a cut row, a trainer's own message after the table).", FAMILY)
+def _nan_after(ctx: Ctx):
+    evs = _events(ctx, "nan_printed")
+    t = ctx.run.steps
+    if not evs or not len(t):
+        return None
+    last = float(t["line"][-1])
+    later = [e for e in evs if e.file in (None, ctx.run.line_file) and e.line > last]
+    return (True, [_ref(later[0])]) if later else False
+
+
 @feature("oom_capacity_gib", "GiB", "GPU capacity quoted by a CUDA OOM message ('total capacity of X GiB').", FAMILY)
 def _oom_cap(ctx: Ctx):
     for e in _events(ctx, "cuda_oom"):

@@ -7,6 +7,8 @@ Throughput is in samples/s and tokens/s, never iterations/s.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from diagnose.features.registry import Ctx, feature
@@ -301,6 +303,30 @@ def _lspike(ctx: Ctx):
     cur = f[w : w + len(ref)]
     hit = (ref > 0) & (cur > 3 * ref)
     return int(hit.sum()), [int(x) for x in fl[w : w + len(ref)][hit][:5]]
+
+
+@feature("loss_explosion_x", "ratio",
+         "The largest logged loss ÷ the median of the finite losses logged before it (two or more before it): a loss "
+         "that leaps by orders of magnitude in one logging interval.", FAMILY)
+def _lexplode(ctx: Ctx):
+    f, fl = _finite(ctx, "loss")
+    if len(f) < 3:
+        return None
+    best, at = 0.0, None
+    for i in range(2, min(len(f), 5000)):
+        ref = float(np.median(f[:i]))
+        if ref > 0 and f[i] / ref > best:
+            best, at = float(f[i] / ref), int(fl[i])
+    return (best, [at]) if at is not None else None
+
+
+@feature("final_train_loss", "loss", "The mean training loss of the whole run, from the trainer's final summary "
+         "(transformers' train_loss in its summary dict or its '***** train metrics *****' table), when finite.", FAMILY)
+def _final_loss(ctx: Ctx):
+    v = (ctx.run.summary or {}).get("train_loss")
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+        return float(v), [ctx.run.end_line] if ctx.run.end_line else []
+    return None
 
 
 @feature("progress_frac", "fraction", "last_step ÷ max_steps.", FAMILY)

@@ -179,6 +179,7 @@ SYNONYMS: dict[str, tuple[str, str | None]] = {
     "train/loss": ("loss", None), "training_loss": ("loss", None), "loss_avg": ("loss", None),
     "avg. loss": ("loss", None), "avg loss": ("loss", None), "average loss": ("loss", None), "mean loss": ("loss", None),
     "average_loss": ("loss", None), "avg_loss": ("loss", None), "step_loss": ("loss", None),
+    "avr_loss": ("loss", None),  # kohya-ss sd-scripts' bar postfix: progress_bar.set_postfix(avr_loss=...)
     "lr": ("lr", None), "learning_rate": ("lr", None), "learningrate": ("lr", None), "train/lr": ("lr", None),
     "grad_norm": ("grad_norm", None), "gnorm": ("grad_norm", None), "grad norm": ("grad_norm", None),
     "train/grad_norm": ("grad_norm", None),

@@ -247,7 +247,7 @@ _FRAME_AT = re.compile(r'^\s*(?:File ")?([^"\s]*\.py|<[^>]+>)", line (\d+), in (
 # a line that cannot continue an exception message wrapped by the terminal (rich's traceback wraps at the console
 # width): indented code, a new traceback or chain, another exception, a logger's or launcher's own line
 _NOT_CONT = re.compile(r"^\s|^Traceback|^During handling|^The above exception|^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit"
-                       r"|Warning|Failure)\b|^[A-Z]{3,}\b|^[\[({<]|^\d{4}[-/]|^[WEIF]\d{4} |^[-=*#~]{3}|^\W*$")
+                       r"|Warning|Failure)\b|^(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL|NOTICE|TRACE)\b|^[\[({<]|^\d{4}[-/]|^[WEIF]\d{4} |^[-=*#~]{3}|^\W*$")
 _WRAPPED_AT = 60  # an exception line this long may have been wrapped by the terminal
 
 

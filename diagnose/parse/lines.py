@@ -42,6 +42,7 @@ VERSION = re.compile(r"swift\.__version__: (\d+\.\d+\.\d+(?:\.?(?:post|dev|rc)\d
 SETTING = re.compile(r"Setting args\.(\w+): (.+?)(?: because .*)?$")
 ENV_SET_1 = re.compile(r"Setting (\w+): ([^.\s]+(?:\.\d+)?)\. You can adjust this hyperparameter through the environment variable: `(\w+)`")
 ENV_SET_2 = re.compile(r"Using environment variable `(\w+)`, Setting (\w+): (\S+?)\.?$")
+_METRICS_ROW = re.compile(r"^\s*(train_loss|train_runtime|train_samples_per_second|train_steps_per_second)\s+=\s+(\S+)\s*$")
 MEGATRON = re.compile(r"iteration\s+(\d+)/\s*(\d+)\s*\|")
 
 
@@ -183,6 +184,19 @@ def _wrapped_pairs(s: str) -> dict[str, str]:
 # The line recognisers, tried in this order on each non-step line: (name, needles - a cheap prefilter,
 # the line must hold one of them -, handler method).  A handler returns True when the line was its kind.
 # Each has its line cases in tests/data/line_cases.yaml.
+def _nan_columns(s: str) -> bool:
+    """A row of bare numbers (a timestamp first allowed) with three or more 'nan' columns and no word in it."""
+    toks = s.split()
+    nans = sum(1 for t in toks if t == "nan")
+    if nans < 3:
+        return False
+    nums = sum(1 for t in toks if _NUM_TOKEN.match(t))
+    return nums >= 3 and nans + nums + sum(1 for t in toks if set(t) <= set("-|,")) == len(toks)
+
+
+_NUM_TOKEN = re.compile(r"^[-+]?(?:\d[\d,:]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?%?$")
+
+
 # 'key: nan' / 'key=inf' anywhere in a row (a metric no dialect field takes)
 _NONFINITE_PAIR = re.compile(r"([A-Za-z_][\w./-]{0,60})\s*[:=]\s*(nan|-?inf)\b")
 
@@ -210,6 +224,8 @@ RECOGNISERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("streaming_workers", ("Using IterableDataset, setting args.dataloader_num_workers to 1",
                            "Using streaming dataset, setting args.dataloader_num_workers to 1"), "_streaming_workers"),
     ("env_setting", ("environment variable",), "_env_setting"),
+    # transformers trainer_pt_utils.log_metrics: '***** train metrics *****' then '  train_loss = 1.234' rows
+    ("metrics_table", ("train_loss ", "train_runtime ", "train_samples_per_second "), "_metrics_table"),
     ("output_dir", ("output_dir: ", "logging_path: "), "_output_dir"),
     # ms-swift's end marker; transformers Trainer.train 'Training completed. Do not forget to share your model on
     # huggingface.co/models =)'; Lightning fit_loop.py '`Trainer.fit` stopped: `max_steps=N` reached.' (max_epochs too)
@@ -320,7 +336,10 @@ class InfoScanner:
         if ("loss" in s or "Loss" in s) and _TABLE_HEADER.match(s):  # 'Epoch GPU_mem box_loss ... Size' (ultralytics)
             self._table_header = s.split()
             return
-        self.generic.feed(lineno, s)  # nothing claimed it: perhaps a step row of a dialect the table does not know
+        if not self.generic.feed(lineno, s) and "nan" in s and _nan_columns(s):
+            # nothing claimed it: perhaps a step row of a dialect the table does not know; a row of bare numbers
+            # with nan columns ('17940 0.00 nan 0.00 nan ...', a custom table without names) is nan all the same
+            self.note_nonfinite(lineno, {"an unnamed column of a numeric row": "nan"})
 
     def _continue_row(self, lineno: int, s: str) -> bool:
         """The next line of a step row wrapped over several lines ('iteration 5/50 | elapsed time per iteration: ...
@@ -464,6 +483,30 @@ class InfoScanner:
         if not m:
             return False
         self.run.settings[m.group(1)] = m.group(2).strip()
+        return True
+
+    def _metrics_table(self, lineno: int, s: str, raw: str) -> bool:
+        """A row of transformers' final metrics table (trainer_pt_utils.log_metrics prints f"  {key: <{k_width}} =
+        {value:>{v_width}}" under '***** train metrics *****'; *_runtime as h:mm:ss.ss): the run's summary, as the
+        summary dict gives it."""
+        m = _METRICS_ROW.match(s)
+        if not m:
+            return False
+        key, value = m.group(1), m.group(2)
+        summary = self.run.summary if self.run.summary is not None else {}
+        summary[key] = to_number(value)
+        if key == "train_runtime" and ":" in value:  # 'h:mm:ss.ss'
+            parts = value.split(":")
+            try:
+                summary[key] = sum(float(x) * 60 ** i for i, x in enumerate(reversed(parts)))
+            except ValueError:
+                summary[key] = None
+        if self.run.summary is None:
+            self.run.summary = summary
+            self.run.ended = True
+            self.run.end_line = self.run.end_line or lineno
+        if key == "train_loss":
+            self.note_nonfinite(lineno, {"final train_loss": summary[key]})
         return True
 
     def _streaming_workers(self, lineno: int, s: str, raw: str) -> bool:
