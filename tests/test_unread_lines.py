@@ -198,3 +198,29 @@ def test_internvls_image_token_mismatch_warning_is_config():
             "warning: The size of tensor a (2017) must match the size of tensor b (3328) at non-singleton dimension 0, "
             "input_embeds[selected].shape=torch.Size([2017, 2048]), vit_embeds.shape=torch.Size([3328, 2048])\n")
     assert _primary(text).category == "config"
+
+
+def test_bare_step_value_lines_are_rows_when_the_step_only_grows():
+    rows = "".join(f"{s} {v}\n" for s, v in ((76950, 2.59), (76960, 2.73), (76970, 2.62), (76980, "nan"), (76990, "nan")))
+    assert _primary(rows).category == "nan"
+    # numbers that do not count up are a table of something else, not step rows
+    table = "".join(f"{s} {v}\n" for s, v in ((3, 2.5), (1, 2.7), (2, 2.6), (5, 2.4), (4, 2.2)))
+    assert len(parse_text(table).steps) == 0
+
+
+def test_a_strict_load_state_dict_mismatch_printed_without_its_traceback_is_config():
+    text = ("size mismatch for hm.0.weight: copying a param with shape torch.Size([64, 256, 3, 3]) from checkpoint, "
+            "the shape in current model is torch.Size([64, 64, 3, 3]).\n")
+    assert _primary(text).category == "config"
+    assert _primary("2022-09-13 15:15:48,052 - mmcv - WARNING - The model and loaded state dict do not match exactly\n"
+                    "unexpected key in source state_dict: conv1.bias\n").category == "healthy"
+
+
+def test_numpy_unable_to_allocate_and_a_spawned_process_killed_by_sigkill_are_host_memory():
+    tb = """Traceback (most recent call last):
+  File "/venv/lib/site-packages/stable_baselines3/common/buffers.py", line 202, in __init__
+    self.observations = np.zeros((self.buffer_size, self.n_envs, *self.obs_shape), dtype=observation_space.dtype)
+numpy.core._exceptions._ArrayMemoryError: Unable to allocate 26.3 GiB for an array with shape (1000000, 1, 4, 84, 84) and data type uint8
+"""
+    assert _primary(tb).category == "oom"
+    assert _primary("Exception: process 1 terminated with signal SIGKILL\n").category == "oom"

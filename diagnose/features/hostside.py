@@ -24,6 +24,8 @@ def _pasted(ctx: Ctx, key: str):
     swap = snap.get("swap")
     if swap and key == "host_swap_used_gib":
         return swap["used_gib"], [swap["line"]]
+    if swap and key == "host_swap_used_frac" and swap.get("total_gib"):
+        return swap["used_gib"] / swap["total_gib"], [swap["line"]]
     return None
 
 
@@ -33,6 +35,7 @@ for _f, _u, _d in [
     ("host_mem_available_gib", "GiB", "Host RAM available."),
     ("host_mem_total_gib", "GiB", "Host RAM total."),
     ("host_swap_used_gib", "GiB", "Swap in use on the host (the largest the text shows: free, top, a swap= value)."),
+    ("host_swap_used_frac", "fraction", "Share of the host's swap in use (free, top: where the total is shown)."),
     ("worker_cpu_pct", "%", "CPU use of the job's data-loader worker processes (100 = one core)."),
     ("rank_cpu_pct", "%", "CPU use of the training rank processes (100 = one core)."),
     ("dataloader_workers_running", "count", "Data-loader worker processes seen running."),

@@ -184,6 +184,9 @@ def _wrapped_pairs(s: str) -> dict[str, str]:
 # The line recognisers, tried in this order on each non-step line: (name, needles - a cheap prefilter,
 # the line must hold one of them -, handler method).  A handler returns True when the line was its kind.
 # Each has its line cases in tests/data/line_cases.yaml.
+_BARE_PAIR = re.compile(r"^\s*(\d{1,12})\s+(-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|-?inf)\s*$")
+
+
 def _nan_columns(s: str) -> bool:
     """A row of bare numbers (a timestamp first allowed) with three or more 'nan' columns and no word in it."""
     toks = s.split()
@@ -272,6 +275,7 @@ class InfoScanner:
 
         self.dialect_rows: list[tuple[int, Any]] = []  # (line, DialectRow): other trainers' step rows (parse.dialects)
         self.generic = GenericRows()  # `key: number` lines of a dialect the table does not know
+        self._bare_pairs: list[tuple[int, int, str]] = []  # (line, step, value) of 'N value' lines
         self.bar_rows: list[dict[str, Any]] = []  # every training tqdm bar update: step, total, s/it
         # a step row the paste or the terminal wrapped: [last line, the Megatron row dict or the DialectRow, lines]
         self._row_cont: list[Any] | None = None
@@ -335,6 +339,10 @@ class InfoScanner:
             return
         if ("loss" in s or "Loss" in s) and _TABLE_HEADER.match(s):  # 'Epoch GPU_mem box_loss ... Size' (ultralytics)
             self._table_header = s.split()
+            return
+        bare = _BARE_PAIR.match(s)
+        if bare:  # 'step value' and nothing else ('76980 2.6496577': print(step, loss) in a custom loop)
+            self._bare_pairs.append((lineno, int(bare.group(1)), bare.group(2)))
             return
         if not self.generic.feed(lineno, s) and "nan" in s and _nan_columns(s):
             # nothing claimed it: perhaps a step row of a dialect the table does not know; a row of bare numbers
@@ -779,6 +787,21 @@ class InfoScanner:
         """End of input: an object still open is kept as far as it was read."""
         self._pretty_flush()
         self._flush_timers()
+        self._bare_rows()
+
+    def _bare_rows(self) -> None:
+        """Five or more 'N value' lines whose N only grows are a custom loop's print(step, loss): step rows (the value
+        read as the loss, the one number such loops print)."""
+        from diagnose.parse.dialects import DialectRow, convert
+
+        pairs = self._bare_pairs
+        if len(pairs) < 5 or any(b[1] <= a[1] for a, b in zip(pairs, pairs[1:])):
+            return
+        for lineno, step, value in pairs:
+            v = convert(value, None)
+            row = DialectRow("bare_step_value", "unknown trainer (step, value lines)", "train",
+                             {"step": float(step), **({"loss": v} if v is not None else {})})
+            self.dialect_rows.append((lineno, row))
 
     def _megatron(self, lineno: int, s: str, m: re.Match[str]) -> None:
         row: dict[str, Any] = {"_line": lineno, "step": int(m.group(1)), "max_steps": int(m.group(2))}

@@ -41,6 +41,7 @@ class Snapshots:
         self.host_mem: dict[str, Any] | None = None
         self.swap: dict[str, Any] | None = None
         self._smi_gpu: tuple[int, str] | None = None
+        self._free_bare = "K"  # the unit of `free`'s bare numbers: KiB by default, -m/-g print MiB/GiB
 
     def feed(self, lineno: int, s: str) -> bool:
         t = s.strip()
@@ -74,7 +75,12 @@ class Snapshots:
             m = _FREE.match(t)
             if m:
                 g = m.groups()
-                self.host_mem = {"total_gib": _gib(g[0], g[1], "K"), "available_gib": _gib(g[10], g[11], "K"), "line": lineno}
+                if not g[1]:  # bare numbers: `free` (KiB), `free -m` or `free -g`; no host has < 10 GB in KiB terms
+                    total = float(g[0])
+                    self._free_bare = "G" if total < 10_000 else "M" if total < 10_000_000 else "K"
+                bare = self._free_bare
+                self.host_mem = {"total_gib": _gib(g[0], g[1], bare), "available_gib": _gib(g[10], g[11], bare),
+                                 "line": lineno}
                 return True
             return False
         if t.endswith("/dev/shm"):
@@ -96,7 +102,7 @@ class Snapshots:
             m = _FREE_SWAP.match(t)
             if m:
                 g = m.groups()
-                total, used, consumed = _gib(g[0], g[1], "K"), _gib(g[2], g[3], "K"), True
+                total, used, consumed = _gib(g[0], g[1], self._free_bare), _gib(g[2], g[3], self._free_bare), True
         elif "iB Swap:" in t:
             m = _TOP_SWAP.match(t)
             if m:
