@@ -224,3 +224,15 @@ numpy.core._exceptions._ArrayMemoryError: Unable to allocate 26.3 GiB for an arr
 """
     assert _primary(tb).category == "oom"
     assert _primary("Exception: process 1 terminated with signal SIGKILL\n").category == "oom"
+
+
+def test_a_metric_key_with_a_digit_is_not_a_host_prefix_and_a_loss_nan_on_every_line_is_nan():
+    text = "".join(f"Iter: {i}00\nstage1_pafs_loss:     nan\nstage1_heatmaps_loss: nan\n" for i in range(1, 5))
+    assert _primary(text).category == "nan"
+
+
+def test_torch_built_without_the_gpus_architecture_is_config():
+    text = ("/venv/lib/python3.8/site-packages/torch/cuda/__init__.py:143: UserWarning:\n"
+            "NVIDIA GeForce RTX 3090 with CUDA capability sm_86 is not compatible with the current PyTorch installation.\n"
+            "The current PyTorch install supports CUDA capabilities sm_37 sm_50 sm_60 sm_70.\n")
+    assert _primary(text).category == "config"

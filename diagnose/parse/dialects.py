@@ -331,6 +331,11 @@ class GenericRows:
                 if not ({"step", "loss"} <= canon or loss_moves) or any(ln in self._evalish for ln, _ in rows):
                     continue  # an evaluation line ('| valid on 'valid' subset | loss 9.329 |') is not a train row
             elif not changing:
+                # a loss that never changes because it is nan on every line ('stage1_pafs_loss:     nan') is no row
+                # to time, but nan all the same
+                bad = {k: rows[0][1][k][0] for k in keys if rows[0][1][k][0].lstrip("-") in ("nan", "inf")}
+                if bad:
+                    self.nonfinite.append((rows[0][0], bad))
                 continue
             for lineno, kv in rows:
                 bad = {k: v[0] for k, v in kv.items() if k not in mapped and v[0].lstrip("-") in ("nan", "inf")}

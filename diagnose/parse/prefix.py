@@ -48,7 +48,8 @@ _WRAP = re.compile(
     r"|\((?:[A-Za-z_][\w.]*\s+)?pid=\d+(?:,\s*ip=[\w.:]+)?\)\s?"  # Ray: '(ActorName pid=N, ip=X) '
     r"|\(raylet(?:,\s*ip=[\w.:]+)?\)\s?"  # Ray's raylet
     r"|\[\d{1,2}(?:;\d{1,2})*m(?=\S)"  # a colour code whose ESC was lost in the copy ('[33m(raylet)')
-    r"|(?!(?:default|rank|RANK)\d+:|[\w.-]*(?:[Ee]rror|Exception|Warning|Interrupt|Exit): )(?:[A-Za-z][\w.-]*\d[\w.-]*|[A-Za-z][\w.]*-[\w.-]+|\d{1,3}(?:\.\d{1,3}){3}): (?=.)"  # pdsh/MPI host
+    r"|(?!(?:default|rank|RANK)\d+:|[\w.-]*(?:[Ee]rror|Exception|Warning|Interrupt|Exit): )(?:[A-Za-z][A-Za-z0-9.-]*\d[A-Za-z0-9.-]*|[A-Za-z][\w.]*-[\w.-]+|\d{1,3}(?:\.\d{1,3}){3}): (?=.)"  # pdsh/MPI host
+    # (a host name has no '_': 'stage1_pafs_loss: nan' is a metric, not a host's line)
     r")"
 )
 _FENCE = re.compile(r"^\s*(?:```|~~~)[\w+-]*\s*$")

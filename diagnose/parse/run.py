@@ -365,10 +365,10 @@ def _other_trainers_rows(run: Run, info: InfoScanner) -> StepsTable:
         run.step_dialect = f"{rows[0][1].trainer} ({best})"
         return table_from_rows(rows)
     generic = info.generic.rows()
+    for ln, bad in info.generic.nonfinite:
+        info.note_nonfinite(ln, bad)
     if generic:
         run.step_dialect = "repeated key: value lines (a dialect swiftdoc has no entry for)"
-        for ln, bad in info.generic.nonfinite:
-            info.note_nonfinite(ln, bad)
         return table_from_rows(generic)
     if info.bar_rows:
         run.step_dialect = "the training progress bar (tqdm)"
