@@ -26,6 +26,7 @@ from diagnose.engine import SEVERITY_RANK as _SEV  # noqa: E402
 from diagnose.engine import Finding, RemedyOp, Skipped
 from diagnose.features.registry import Features
 from diagnose.models import Run
+from diagnose.parse.events import ORDINARY_KINDS, WARNING_KINDS
 
 
 class Primary(BaseModel):
@@ -220,10 +221,10 @@ _TROUBLE = re.compile(r"(?i)\bnan\b|\binf\b|overflow|out of memory|\boom\b|timed
 
 
 def _only_warnings(run: Run) -> list:
-    """The warnings (Python's and loggers') of a text whose every event is a warning, none of them speaking of a problem swiftdoc
-    diagnoses (nan, overflow, out of memory, a timeout, NCCL, a hang); [] otherwise."""
-    warned = [e for e in run.events if e.kind in ("py_warning", "logged_warning")]
-    if not warned or any(e.kind not in ("py_warning", "logged_warning", "harmless_warning") for e in run.events):
+    """The warnings (Python's and loggers') of a text whose every event is ordinary output, none of them speaking of a
+    problem swiftdoc diagnoses (nan, overflow, out of memory, a timeout, NCCL, a hang); [] otherwise."""
+    warned = [e for e in run.events if e.kind in WARNING_KINDS]
+    if not warned or not all(e.kind in ORDINARY_KINDS for e in run.events):
         return []
     return [] if any(_TROUBLE.search(e.text) for e in warned) else warned
 
@@ -239,11 +240,9 @@ def _at_work(run: Run, feats: dict[str, Any]) -> str:
     if done and not [r for r in run.preprocess if r.get("total") and r["done"] < r["total"]]:
         signs.append(f"{len(done)} preprocessing pass(es) finished")
     harmless = [e for e in run.events if e.kind == "harmless_warning"]
-    warned = [e for e in run.events if e.kind in ("py_warning", "logged_warning")]
-    if len(harmless) + len(warned) == len(run.events):
-        if harmless:
-            said = {name for e in harmless for needle, name in _NOTICES if needle in e.text}
-            signs.append("only notices that normal runs print: " + ", ".join(sorted(said)))
+    if harmless and all(e.kind in ORDINARY_KINDS for e in run.events):
+        said = {name for e in harmless for needle, name in _NOTICES if needle in e.text}
+        signs.append("only notices that normal runs print: " + ", ".join(sorted(said)))
     if run.loss_scales and min(r["scale"] for r in run.loss_scales) > 128:
         signs.append("the fp16 loss scale coming down from its start, as it does in the first steps")
     if run.evals:

@@ -171,6 +171,9 @@ def test_a_loss_that_leaps_a_thousandfold_is_diverging_but_a_loss_that_starts_hu
     assert _primary(leap).category == "nan"
     falling = "".join(row.format(i=i, l=v) for i, v in zip(range(3150, 3400, 50), (243687.9, 141.7, 12.0, 5.1, 4.9)))
     assert all(f.rule != "NAN015" for f in analyze_run(parse_text(falling)).findings)
+    # a negative log-likelihood that crosses zero is no thousandfold leap
+    nll = "".join(row.format(i=i, l=v) for i, v in zip(range(3150, 3400, 50), (-2.1, -3.0, -2.8, 0.4, -3.1)))
+    assert all(f.rule != "NAN015" for f in analyze_run(parse_text(nll)).findings)
 
 
 def test_a_nan_printed_after_the_last_row_is_read_even_beside_rows():

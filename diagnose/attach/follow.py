@@ -18,13 +18,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from diagnose.parse.events import SIGNATURES
+from diagnose.parse.events import ORDINARY_KINDS, SIGNATURES
 
-# kinds that are ordinary output (notices, warnings): a run prints them while all is well
-_NOT_URGENT = {"harmless_warning", "py_warning", "logged_warning"}
 # a new line matching this makes attach re-parse and diagnose at once
 URGENT = re.compile(
-    "|".join(f"(?:{p.pattern})" for kind, p, _ in SIGNATURES if kind not in _NOT_URGENT)
+    "|".join(f"(?:{p.pattern})" for kind, p, _ in SIGNATURES if kind not in ORDINARY_KINDS)
     + r"|Traceback \(most recent call last\)|[:=]\s*'?(?:nan|NaN|-?inf|-?Infinity)\b'?"
     + r"|End time of running main|train_runtime",
     re.M,

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 from diagnose.features.registry import Ctx, feature
 from diagnose.parse.events import KINDS as SIGNATURE_KINDS
+from diagnose.parse.events import ORDINARY_KINDS
 
 FAMILY = "events"
 KINDS = tuple(SIGNATURE_KINDS) + ("traceback", "traceback_cut", "nan")
 # kinds that say something stopped the run (the others are warnings, consequences or context)
 _NOT_STOPPING = {"nan", "allocator_flush", "cache_emptied", "traceback", "traceback_cut", "ddp_inactive", "closing_signal", "index_build",
                  "shards_one", "dns_fail", "argv_backslash", "nccl_info", "dataset_error",
-                 "video_decode_fallback", "video_torchvision", "harmless_warning", "labels_masked", "gpu_unusable",
-                 "logged_error", "py_warning", "logged_warning"}  # broken_media stops a run: not in this set
+                 "video_decode_fallback", "video_torchvision", "labels_masked", "gpu_unusable",
+                 "logged_error", *ORDINARY_KINDS}  # broken_media stops a run: not in this set
 
 
 def _ref(e) -> tuple[str | None, int]:

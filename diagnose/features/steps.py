@@ -291,14 +291,23 @@ def _ltrend(ctx: Ctx):
     return float((b - a) / abs(a)) if a else None
 
 
+def _loss_blocks(ctx: Ctx) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
+    """The finite losses, their lines, and the medians of consecutive blocks of w of them (w = 20 from 40 losses on,
+    else 5): O(n), not a sliding window; computed once for the features that compare a loss with those before it."""
+    if "loss_blocks" not in ctx.cache:
+        f, fl = _finite(ctx, "loss")
+        w = 20 if len(f) >= 40 else 5
+        nb = len(f) // w
+        blocks = np.median(f[: nb * w].reshape(nb, w), axis=1) if nb else np.zeros(0)
+        ctx.cache["loss_blocks"] = (f, fl, w, blocks)
+    return ctx.cache["loss_blocks"]
+
+
 @feature("loss_spike_count", "rows", "Steps whose loss exceeds 3× the median of the preceding block of 20 finite values.", FAMILY)
 def _lspike(ctx: Ctx):
-    f, fl = _finite(ctx, "loss")
+    f, fl, w, blocks = _loss_blocks(ctx)
     if len(f) < 10:
         return None
-    w = 20 if len(f) >= 40 else 5
-    nb = len(f) // w
-    blocks = np.median(f[: nb * w].reshape(nb, w), axis=1)  # O(n): block medians, not a sliding window
     ref = np.repeat(blocks, w)[: len(f) - w]
     cur = f[w : w + len(ref)]
     hit = (ref > 0) & (cur > 3 * ref)
@@ -306,18 +315,23 @@ def _lspike(ctx: Ctx):
 
 
 @feature("loss_explosion_x", "ratio",
-         "The largest logged loss ÷ the median of the finite losses logged before it (two or more before it): a loss "
-         "that leaps by orders of magnitude in one logging interval.", FAMILY)
+         "The largest logged loss ÷ the median of the finite losses logged before it (all of them for the first 40, "
+         "then the preceding block of 20): a loss that leaps by orders of magnitude in one logging interval.", FAMILY)
 def _lexplode(ctx: Ctx):
-    f, fl = _finite(ctx, "loss")
-    if len(f) < 3:
+    f, fl, w, blocks = _loss_blocks(ctx)
+    n = len(f)
+    if n < 3:
         return None
-    best, at = 0.0, None
-    for i in range(2, min(len(f), 5000)):
+    ratio = np.zeros(n)
+    for i in range(2, min(n, 40)):  # the first rows: against the median of all before them (a positive one)
         ref = float(np.median(f[:i]))
-        if ref > 0 and f[i] / ref > best:
-            best, at = float(f[i] / ref), int(fl[i])
-    return (best, [at]) if at is not None else None
+        ratio[i] = f[i] / ref if ref > 0 else 0.0
+    if n > 40:  # then against the previous block of 20 (the block medians loss_spike_count reads too)
+        ref = np.repeat(blocks, w)[20 : n - 20]  # row i's reference: the block before i's block (ref[i - 40])
+        top = 40 + len(ref)
+        ratio[40:top] = f[40:top] / np.maximum(ref, 1e-300) * (ref > 0)
+    i = int(np.argmax(ratio))
+    return (float(ratio[i]), [int(fl[i])]) if ratio[i] > 0 else None
 
 
 @feature("final_train_loss", "loss", "The mean training loss of the whole run, from the trainer's final summary "

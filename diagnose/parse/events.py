@@ -226,6 +226,10 @@ def load_signatures(path: Path = Path(__file__).with_name("signatures.yaml")) ->
 
 SIGNATURE_TABLE: list[Signature] = load_signatures()
 KINDS: tuple[str, ...] = tuple(dict.fromkeys(s.kind for s in SIGNATURE_TABLE))
+# kinds that are a run's ordinary output - warnings (Python's, loggers') and the notices normal runs print: they
+# stop nothing, make nothing urgent, and a text of them alone is read as healthy
+WARNING_KINDS: tuple[str, ...] = ("py_warning", "logged_warning")
+ORDINARY_KINDS: tuple[str, ...] = (*WARNING_KINDS, "harmless_warning")
 # (kind, pattern, detail function or None), first match wins per line - the view attach's follower reads
 SIGNATURES: list[tuple[str, re.Pattern[str], Any]] = [(s.kind, s.pattern, s.detail) for s in SIGNATURE_TABLE]
 

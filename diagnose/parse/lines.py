@@ -108,14 +108,16 @@ _DATA_TIME = re.compile(r"(?<![\w])(?:iter_time|time):\s*([\d.]+)s?\b.*?\bdata_t
 
 
 def _clock_s(text: str) -> float | None:
-    """tqdm's '1:22:56' / '47:23' / '227:39:40' as seconds; None for '?'."""
+    """tqdm's '1:22:56' / '47:23' / '227:39:40' (and transformers' runtime '3:32:59.59') as seconds; None for '?'."""
     if not text or "?" in text:
         return None
     total = 0.0
-    for part in text.split(":"):
-        if not part.isdigit():
+    parts = text.split(":")
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if not (part.isdigit() or last and part.replace(".", "", 1).isdigit()):
             return None
-        total = total * 60 + int(part)
+        total = total * 60 + (float(part) if last else int(part))
     return total
 
 
@@ -141,6 +143,16 @@ def _table_row(header: list[str], text: str) -> dict[str, Any]:
 
 
 _POSTFIX = re.compile(r",\s*([A-Za-z][\w/.-]{0,40})=([^\s,\]]+)")
+
+
+def _bar_matches(raw: str, bar: re.Pattern[str]):
+    """The '\r' fragments of a raw line, last first (tqdm redraws a bar in place), paste prefixes stripped, that the
+    bar pattern matches: (body, match)."""
+    for frag in reversed([f for f in _ANSI.sub("", raw).split("\r") if f.strip()]):
+        body = strip_paste(frag)[0]
+        m = bar.search(body)
+        if m:
+            yield body, m
 
 
 def _per_s(rate: float | None, unit: str | None) -> float | None:
@@ -501,20 +513,9 @@ class InfoScanner:
         if not m:
             return False
         key, value = m.group(1), m.group(2)
-        summary = self.run.summary if self.run.summary is not None else {}
-        summary[key] = to_number(value)
-        if key == "train_runtime" and ":" in value:  # 'h:mm:ss.ss'
-            parts = value.split(":")
-            try:
-                summary[key] = sum(float(x) * 60 ** i for i, x in enumerate(reversed(parts)))
-            except ValueError:
-                summary[key] = None
-        if self.run.summary is None:
-            self.run.summary = summary
-            self.run.ended = True
-            self.run.end_line = self.run.end_line or lineno
-        if key == "train_loss":
-            self.note_nonfinite(lineno, {"final train_loss": summary[key]})
+        summary = dict(self.run.summary or {})
+        summary[key] = _clock_s(value) if key == "train_runtime" and ":" in value else to_number(value)
+        self._summary(lineno, summary)
         return True
 
     def _streaming_workers(self, lineno: int, s: str, raw: str) -> bool:
@@ -618,8 +619,9 @@ class InfoScanner:
         v = row.values
         # an eval row's loss is not the training loss the step features read: its nan counts as an eval metric's
         self.note_nonfinite(lineno, {f"eval {k}": x for k, x in v.items()} if row.kind == "eval" else v)
-        if "nan" in s or "inf" in s:  # the row's other metrics, whatever the dialect maps ('decode.loss_seg: nan')
-            more = {k: x for k, x in _NONFINITE_PAIR.findall(s) if k.lower() not in v}
+        hint = "nan" in s or "inf" in s.replace("INFO", "")  # 'inf' is in every mmengine row's 'INFO'
+        more = {k: x for k, x in _NONFINITE_PAIR.findall(s) if k.lower() not in v} if hint else {}
+        if more:  # the row's other metrics, whatever the dialect maps ('decode.loss_seg: nan')
             self.note_nonfinite(lineno, {f"eval {k}": x for k, x in more.items()} if row.kind == "eval" else more)
         if row.kind == "train" and v.get("step_time_s") and v.get("data_time_s") is not None:
             self.run.iter_times.append({"line": lineno, "time_s": v["step_time_s"], "data_time_s": v["data_time_s"]})
@@ -686,10 +688,7 @@ class InfoScanner:
         """A dict that is not a training row: the run summary or an eval row (anything else is data: False)."""
         run = self.run
         if "train_runtime" in d:
-            run.summary = d
-            run.ended = True
-            run.end_line = run.end_line or lineno
-            self.note_nonfinite(lineno, {"final train_loss": d.get("train_loss")})  # the mean of the run's losses
+            self._summary(lineno, d)
             return True
         if any(k.startswith("eval_") for k in d):
             d["_line"] = lineno
@@ -697,6 +696,15 @@ class InfoScanner:
             self.note_nonfinite(lineno, d)
             return True
         return False
+
+    def _summary(self, lineno: int, d: dict[str, Any]) -> None:
+        """The trainer's final summary (its dict, or its metrics table read row by row): the run ended there."""
+        run = self.run
+        run.summary = d
+        run.ended = True
+        run.end_line = run.end_line or lineno
+        if "train_loss" in d:
+            self.note_nonfinite(lineno, {"final train_loss": d["train_loss"]})  # the mean of the run's losses
 
     def note_nonfinite(self, lineno: int, values: dict[str, Any]) -> None:
         """A metric printed as nan/inf, whatever its name (eval metrics, rewards, kl, other trainers' rows)."""
@@ -751,12 +759,7 @@ class InfoScanner:
 
     def _open_bar(self, lineno: int, s: str, raw: str) -> bool:
         """A training bar that knows no total: progress, rate and postfix (the step count is tqdm's own)."""
-        frags = [f for f in _ANSI.sub("", raw).split("\r") if f.strip()]
-        for frag in reversed(frags):
-            body = strip_paste(frag)[0]
-            m = OPEN_BAR.search(body)
-            if not m:
-                continue
+        for body, m in _bar_matches(raw, OPEN_BAR):
             desc = (m.group("desc") or "").strip(" :")
             if _PREPROCESS_BAR.match(desc) or _EVAL_BAR.match(desc) or _OTHER_BAR.match(desc):
                 return True
@@ -815,12 +818,7 @@ class InfoScanner:
         self.run.recognized = True
 
     def _bars(self, lineno: int, s: str, raw: str) -> bool:
-        frags = [f for f in _ANSI.sub("", raw).split("\r") if f.strip()]
-        for frag in reversed(frags):
-            body = strip_paste(frag)[0]
-            m = BAR.search(body)
-            if not m:
-                continue
+        for body, m in _bar_matches(raw, BAR):
             desc = (m.group("desc") or "").strip()
             done, total = int(m.group("done")), int(m.group("total"))
             rate = None if m.group("rate") == "?" else float(m.group("rate"))
