@@ -131,6 +131,27 @@ def test_generic_rows_read_name_value_lists_split_by_commas():
     assert h.rows() == []
 
 
+def test_a_step_printed_as_a_block_under_its_header_is_one_row():
+    # coqui-ai Trainer ConsoleLogger.print_train_step: a header naming the step, then one 'key: value (avg)' a line
+    block = ["", "   --> STEP: {s}/352 -- GLOBAL_STEP: {g}", "     | > loss_0: {l:.5f}  (15.96176)",
+             "     | > grad_norm_0: 22.85464  (28.87626)", "     | > current_lr_0: 0.00010 ",
+             "     | > step_time: {t:.5f}  (0.29190)", "     | > loader_time: 0.00150  (0.00135)"]
+    text = ""
+    for i in range(4):
+        text += "\n".join(block).format(s=24 + i, g=1000 + i, l=16.5 - i * 0.1, t=0.29 + i * 0.01) + "\n"
+    text += " --> EVAL PERFORMANCE\n     | > avg_loader_time: 0.00034 (-0.00003)\n     | > avg_loss_0: 16.02957 (+0.00000)\n"
+    run = parse_text(text)
+    t = run.steps
+    assert len(t) == 4 and list(t["step"]) == [1000, 1001, 1002, 1003]
+    assert t["loss"][1] == pytest.approx(16.4) and t["learning_rate"][0] == pytest.approx(1e-4)
+    assert t["data_time_s"][0] == pytest.approx(0.0015)
+    # the same value lines under no step header (the eval block, a config print) are no row
+    g = GenericRows()
+    for i, line in enumerate(["Config:", " | > lr: 0.001", " | > batch_size: 8", " | > loss_weight: 1.0"]):
+        g.feed(i + 1, line)
+    assert g.rows() == []
+
+
 def test_a_run_shown_only_by_a_progress_bar_is_read_as_steps():
     text = "\n".join(f"Train:  40%|████      | {400 + i}/1000 [1:02:{10 + i:02d}<1:33:15,  9.3{i}s/it]" for i in range(4))
     run = parse_text(text + "\n")

@@ -238,3 +238,33 @@ KeyError: 'dialogue'
         "torch/utils/data/_utils/fetch.py", "torch/nn/modules/container.py")
     got = ex.classify(_typed(fwd))  # only the class's own lean (weak config), not the data pipeline
     assert got and got[0].tier == "lean" and got[0].category == "config" and got[0].confidence == "weak"
+
+
+def test_a_ray_task_traceback_cut_before_its_end_is_read_from_the_wrapper_line_above_it():
+    # Ray replaces 'Traceback (most recent call last):' with the task's name under its wrapper's line
+    # (ray python/ray/exceptions.py RayTaskError.__str__); the paste stops inside the remote frames
+    text = """ray.exceptions.RayTaskError(OutOfMemoryError): ray::PolicyWorker.get_logprobs() (pid=2671, ip=10.0.0.9, repr=PolicyWorker[rank=0])
+  File "/usr/lib/python3.12/concurrent/futures/_base.py", line 453, in result
+    return self.__get_result()
+  File "/opt/rl/models/policy/worker.py", line 653, in get_logprobs
+    token_logprobs = forward_fn(
+"""
+    run = parse_text(text)
+    assert [e.kind for e in run.events] == ["traceback"]
+    exc = ex.typed_exception(run.events[0])
+    assert exc.cls == "OutOfMemoryError" and exc.function == "get_logprobs"
+    assert analyze_run(run).primary.category == "oom"
+    # the same frames under an ordinary header whose end is lost stay a cut traceback
+    cut = parse_text(text.replace(text.splitlines()[0], "Traceback (most recent call last):"))
+    assert [e.kind for e in cut.events] == ["traceback_cut"]
+    # and when the remote exception's own line is there, it is the exception
+    full = parse_text(text + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    assert [e.kind for e in full.events] == ["cuda_oom"] and full.events[0].detail["frames"][-1]["func"] == "get_logprobs"
+
+
+def test_one_exception_line_two_ranks_wrote_at_once_is_read_once():
+    exc = _typed("Traceback (most recent call last):\n  File \"/opt/t/collate.py\", line 9, in __call__\n"
+                 "    x = feature[\"input_ids_j\"]\nKeyErrorKeyError: : 'input_ids_j'\n")
+    assert (exc.cls, exc.message) == ("KeyError", "'input_ids_j'")
+    # a class whose name merely repeats a part is left alone
+    assert ex.parse_exception_line("ErrorError: x")[0] == "ErrorError"

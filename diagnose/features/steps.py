@@ -378,6 +378,19 @@ def _grise(ctx: Ctx):
     return t[1] / t[0], t[2]
 
 
+@feature("lr_vanished", "lr",
+         "The smallest learning rate the rows print when it is above 0 and below 1e-20: a schedule decayed past any "
+         "use (an exponential decay run far past its steps, a scheduler stepped per batch where it was meant per "
+         "epoch); 0 itself is not read (warm-up starts there, schedules end there).", FAMILY)
+def _lrv(ctx: Ctx):
+    f, fl = _finite(ctx, "learning_rate")
+    pos = f > 0
+    if not pos.any():
+        return None
+    i = int(np.argmin(np.where(pos, f, np.inf)))
+    return (float(f[i]), [int(fl[i])]) if f[i] < 1e-20 else None
+
+
 @feature("token_acc_first", "fraction", "First logged training token accuracy.", FAMILY)
 def _taf(ctx: Ctx):
     f, fl = _finite(ctx, "token_acc")

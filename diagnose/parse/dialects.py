@@ -180,7 +180,7 @@ SYNONYMS: dict[str, tuple[str, str | None]] = {
     "avg. loss": ("loss", None), "avg loss": ("loss", None), "average loss": ("loss", None), "mean loss": ("loss", None),
     "average_loss": ("loss", None), "avg_loss": ("loss", None), "step_loss": ("loss", None),
     "avr_loss": ("loss", None),  # kohya-ss sd-scripts' bar postfix: progress_bar.set_postfix(avr_loss=...)
-    "lr": ("lr", None), "learning_rate": ("lr", None), "learningrate": ("lr", None), "train/lr": ("lr", None),
+    "lr": ("lr", None), "current_lr": ("lr", None), "learning_rate": ("lr", None), "learningrate": ("lr", None), "train/lr": ("lr", None),
     "grad_norm": ("grad_norm", None), "gnorm": ("grad_norm", None), "grad norm": ("grad_norm", None),
     "train/grad_norm": ("grad_norm", None),
     "time": ("step_time_s", "s"), "iter_time": ("step_time_s", "s"), "batch_time": ("step_time_s", "s"),
@@ -188,7 +188,7 @@ SYNONYMS: dict[str, tuple[str, str | None]] = {
     "elapsed time per iteration (ms)": ("step_time_s", "ms"), "time_ms": ("step_time_s", "ms"),
     "step_time_ms": ("step_time_s", "ms"), "dt": ("step_time_s", "s"),
     "data_time": ("data_time_s", "s"), "data": ("data_time_s", "s"), "data_wait": ("data_time_s", "s"),
-    "dataloader_time": ("data_time_s", "s"), "data_load_time": ("data_time_s", "s"), "data_ms": ("data_time_s", "ms"),
+    "dataloader_time": ("data_time_s", "s"), "loader_time": ("data_time_s", "s"), "data_load_time": ("data_time_s", "s"), "data_ms": ("data_time_s", "ms"),
     "mem": ("mem_peak_gib", "MiB"), "memory": ("mem_peak_gib", "MiB"), "max_mem": ("mem_peak_gib", "MiB"),
     "max mem": ("mem_peak_gib", "MiB"), "max_memory": ("mem_peak_gib", "MiB"), "memory(gib)": ("mem_peak_gib", "GiB"),
     "mem_gib": ("mem_peak_gib", "GiB"), "memory_gb": ("mem_peak_gib", "GB"),
@@ -215,6 +215,11 @@ _PIPE_SEG = re.compile(r"^\s*([A-Za-z][A-Za-z _()/.-]{0,40}?)\s+(-?(?:\d[\d,]*\.
                        r"(?:/(\d+))?\s*(ms|s|MB|MiB|GB|GiB|%)?\s*$", re.IGNORECASE)
 
 
+# a line of a step block: a marker ('| >', '>', '-', '*'), one `key: number`, perhaps the running average in
+# parentheses ('     | > loss_0: 16.55468  (15.96176)', '| > avg_loader_time: 0.00034 (-0.00003)')
+_VLINE = re.compile(r"^(\s*[|>*-][|>*\s-]{0,6}?)\s*([A-Za-z_][\w./-]{0,40}):\s*(-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|-?inf)"
+                    r"\s*(?:\([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?\)|\([-+]?(?:nan|inf)\))?\s*$")
+_INDEXED = re.compile(r"_\d$")
 _EVALISH = re.compile(r"(?i)\b(?:valid|validation|eval|evaluation|test|testing|val)\b")
 _PIPE_SPLIT = re.compile(r"\|")
 _COLUMNS = re.compile(r"\s{3,}")
@@ -275,13 +280,23 @@ class GenericRows:
         # ('Stage0-heatmaps: nan'): nan in any metric is nan
         self.nonfinite: list[tuple[int, dict[str, str]]] = []
         self._evalish: set[int] = set()  # lines of the first rows of a key set that say valid/eval/test
+        self._vhead: tuple[int, dict[str, tuple[str, str | None]]] | None = None  # a line naming a step, no row
+        self._vblock: list | None = None  # [header line, last line, pairs, marker] of a step block being read
 
     def feed(self, lineno: int, line: str) -> bool:
         if len(line) > 4000:
             return False
+        if self._vblock is not None and lineno != self._vblock[1] + 1:
+            self._flush_block()
+        vm = _VLINE.match(line) if ":" in line else None
+        if vm and self._block_line(lineno, vm):  # one `key: value` under a step header: a line of a step block
+            return True
+        if self._vblock is not None:
+            self._flush_block()
         kv: dict[str, tuple[str, str | None]] = {}
         seps = line.count(":") + line.count("=")
-        if seps >= _MIN_PAIRS or (seps and "loss" in line.lower()):  # 'loss after forward pass = 1.48'
+        low = line.lower()
+        if seps >= _MIN_PAIRS or (seps and ("loss" in low or "step" in low)):  # 'loss after forward pass = 1.48'
             # columns set apart by runs of spaces mix 'Epoch: 0' with 'Loss nan' (arcface_torch): read them one by one
             for seg in _COLUMNS.split(line) if "   " in line else (line,):
                 m = _PIPE_SEG.match(seg) if ":" not in seg and "=" not in seg else None
@@ -303,18 +318,50 @@ class GenericRows:
         # one when it is ('loss after forward pass = 1.44', printed each step): the rows must still repeat (rows())
         need = 1 if any(_lossy(k) for k in kv) else _MIN_PAIRS
         if len(kv) < need:
+            if any(SYNONYMS.get(k, ("",))[0] == "step" for k in kv):
+                self._vhead = (lineno, kv)  # perhaps the header of a step block ('--> STEP: 24/352 -- GLOBAL_STEP: 244300')
             return False
         if not any(k in SYNONYMS or _lossy(k) for k in kv):
             return False
-        key = tuple(sorted(kv))
-        rows = self._by_keys.setdefault(key, [])
-        if len(rows) < 200_000:
-            rows.append((lineno, kv))
-            if len(rows) < _MIN_ROWS and _EVALISH.search(line):
-                self._evalish.add(lineno)
+        self._store(lineno, kv, bool(_EVALISH.search(line)))
         return True
 
+    def _store(self, lineno: int, kv: dict[str, tuple[str, str | None]], evalish: bool) -> None:
+        rows = self._by_keys.setdefault(tuple(sorted(kv)), [])
+        if len(rows) < 200_000:
+            rows.append((lineno, kv))
+            if len(rows) < _MIN_ROWS and evalish:
+                self._evalish.add(lineno)
+
+    def _block_line(self, lineno: int, vm: re.Match[str]) -> bool:
+        """A step printed as a block, its header naming the step and one `key: value` a line under it, each behind
+        the same marker (Coqui TTS / coqui-ai Trainer ConsoleLogger.print_train_step: '   --> STEP: {}/{} --
+        GLOBAL_STEP: {}' then '     | > {key}: {value:.5f}  ({avg:.5f})' per loss and '     | > {key}: {value}' per
+        logged value).  Lines under no step header ('--> EVAL PERFORMANCE') are no row."""
+        if self._vblock is None:
+            head = self._vhead
+            if head is None or head[0] != lineno - 1:
+                return False
+            self._vblock = [head[0], lineno, dict(head[1]), vm.group(1)]
+        elif vm.group(1) != self._vblock[3]:  # another marker: another block
+            self._flush_block()
+            return False
+        k = _norm_key(vm.group(2))
+        base = _INDEXED.sub("", k)  # 'current_lr_0', 'grad_norm_0': the first optimizer's value
+        k = base if k not in SYNONYMS and base in SYNONYMS else k
+        self._vblock[2].setdefault(k, (vm.group(3), None))
+        self._vblock[1] = lineno
+        return True
+
+    def _flush_block(self) -> None:
+        head_line, _last, kv, _marker = self._vblock
+        self._vblock = None
+        if len(kv) >= _MIN_PAIRS and any(k in SYNONYMS and SYNONYMS[k][0] != "step" or _lossy(k) for k in kv):
+            self._store(head_line, kv, False)
+
     def rows(self) -> list[tuple[int, DialectRow]]:
+        if self._vblock is not None:
+            self._flush_block()
         out: list[tuple[int, DialectRow]] = []
         self.nonfinite = []
         for keys, rows in self._by_keys.items():

@@ -244,6 +244,10 @@ _EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Fail
 _IPY_CONTEXT = re.compile(r"^\s*(?:-+>\s*)?\d+\s|^\s*$|^\s*\.\.\.\s*$|^<ipython-input-|^Cell In\[\d+\]")
 # IPython 8's own frames: 'File ~\\proj\\dataset.py:101, in Batch.get_batch(self)' (the groups of _FRAME_AT's)
 _IPY_FRAME = re.compile(r'^\s*File ([^"\n]+?\.py):(\d+), in ([\w.<>]+)')
+# Ray prints a remote task's traceback under its wrapper's line, 'Traceback (most recent call last):' replaced by the
+# task's name (ray python/ray/exceptions.py RayTaskError.__str__: f"{self.proctitle}() (pid={self.pid}, ip={self.ip}"):
+# 'ray.exceptions.RayTaskError(OutOfMemoryError): ray::Worker.get_logprobs() (pid=26, ip=10.0.0.1, ...)'
+_RAY_TOP = re.compile(r"^(?:[A-Za-z_]\w*\.)*Ray\w*Error\(([A-Z]\w*)\):\s*ray::\S+\(\)\s*\(pid=")
 _IPYTHON_TOP = re.compile(r"^\s*((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit))\s{2,}Traceback \(most recent call last\)")
 _CLASS_ALONE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Iteration|Quit|Failure|Warning)$")
 _FRAME = re.compile(r"^\s+|^\s*File \"|^\s*\^+\s*$|^During handling|^The above exception|^\s*$|^\s*\[Previous line repeated")
@@ -296,6 +300,7 @@ class EventScanner:
         self._ignored_next = False
         self._tb_ignored = False
         self._tb_class: str | None = None  # the class IPython printed above the traceback
+        self._tb_top: str | None = None  # Ray's wrapper line above a remote traceback (it names the cause's class)
         self._prev = ""  # the last non-blank line read
 
     def _add(self, kind: str, lineno: int, text: str, detail: dict[str, Any] | None = None, fold_kind: bool = False) -> None:
@@ -374,7 +379,11 @@ class EventScanner:
             self._ignored_next = False
             # IPython/Jupyter name the exception class at the top: 'OutOfMemoryError    Traceback (most recent ...)'
             top = _IPYTHON_TOP.match(line)
-            self._tb_class = top.group(1) if top else None
+            self._tb_class, self._tb_top = (top.group(1) if top else None), None
+            return
+        if "ray::" in line and not self._in_tb and _RAY_TOP.match(line.strip()):
+            self._in_tb, self._tb_start, self._frames, self._tb_ignored = True, lineno, [], False
+            self._tb_top, self._tb_class = line.strip(), None
             return
         fm = _FRAME_AT.match(line) or (_IPY_FRAME.match(line) if "File " in line else None)
         if fm:
@@ -410,7 +419,7 @@ class EventScanner:
             if not self._frames or lineno - self._last_frame_line > 3:  # the traceback is over, its end not printed
                 self._cut()
             return
-        self._in_tb, self._tb_class = False, None
+        self._in_tb, self._tb_class, self._tb_top = False, None, None
         if self._tb_ignored:  # an exception the interpreter ignored: not a crash
             self._tb_ignored, self._causes = False, []
             return
@@ -443,6 +452,13 @@ class EventScanner:
                       {"exception": self._tb_class, "traceback_line": self._tb_start, "frames": self._frames[-4:],
                        "stack": [f"{f['file']} {f['func']}" for f in self._frames[-40:]], "ipython_top": True})
             self._tb_class = None
+            return
+        if self._tb_top:  # the paste lost the bottom of a Ray task's traceback; the wrapper's line above named the cause
+            self._add("traceback", self._tb_start, self._tb_top,
+                      {"exception": self._tb_top.split(":", 1)[0], "traceback_line": self._tb_start,
+                       "frames": self._frames[-4:], "stack": [f"{f['file']} {f['func']}" for f in self._frames[-40:]],
+                       "header_only": True})
+            self._tb_top = None
             return
         if self._frames:
             last = self._frames[-1]

@@ -161,6 +161,7 @@ def classify(exc: TypedException) -> tuple[Meaning, TypedException] | None:
     return (m, exc) if m is not None else None
 
 
+_TWICE = re.compile(r"^((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception))\1$")
 _EXC = re.compile(r"^([A-Za-z_][\w.]*)(?:\(([A-Z]\w*)\))?(?::\s?(.*))?$", re.S)
 
 
@@ -171,7 +172,12 @@ def parse_exception_line(text: str) -> tuple[str, str, str]:
     if not m:
         return text.strip()[:80], "", text.strip()[:80]
     qual = m.group(1) + (f"({m.group(2)})" if m.group(2) else "")
-    return m.group(2) or m.group(1).split(".")[-1], (m.group(3) or "").strip(), qual
+    msg = (m.group(3) or "").strip()
+    twice = _TWICE.match(qual)
+    if twice:  # two ranks wrote the same line at once, character runs interleaved: 'KeyErrorKeyError: : 'x''
+        qual = twice.group(1)
+        msg = msg[1:].strip() if msg.startswith(":") else msg
+    return m.group(2) or qual.split(".")[-1], msg, qual
 
 
 def typed_exception(event: Any) -> TypedException:
