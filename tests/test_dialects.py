@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from diagnose.parse.dialects import CANONICAL, GenericRows, convert, dialects
+from diagnose.parse.dialects import CANONICAL, GenericRows, convert, dialects, row_values
 from diagnose.parse.run import parse_text
 from diagnose.pipeline import analyze_run
 
@@ -53,10 +53,7 @@ def test_dialect_line_cases(name, line, expect):
     d = next(x for x in TABLE if x.name == name)
     m = d.pattern.search(body)
     assert m, f"{name} does not match its own case"
-    got = {}
-    for canon, (group, unit) in d.fields.items():
-        if m.groupdict().get(group) is not None:
-            got[canon] = convert(m.group(group), unit)
+    got = row_values(d, m)
     for k, v in expect.items():
         assert k in got, (name, k, got)
         if isinstance(v, float) and math.isnan(v):

@@ -158,18 +158,26 @@ def match_dialect(line: str) -> DialectRow | None:
         m = d.pattern.search(line)
         if not m:
             continue
-        vals: dict[str, float] = {}
-        gd = m.groupdict()
-        for canon, (group, unit) in d.fields.items():
-            raw = gd.get(group)
-            if raw is None:
-                continue
-            v = convert(raw, unit)
-            if v is not None:
-                vals[canon] = v
+        vals = row_values(d, m)
         if vals:
-            return DialectRow(d.name, d.trainer, d.kind, vals, gd.get("name"))
+            return DialectRow(d.name, d.trainer, d.kind, vals, m.groupdict().get("name"))
     return None
+
+
+def row_values(d: Dialect, m: re.Match[str]) -> dict[str, float]:
+    """The canonical values a match of `d`'s pattern gives, converted to canonical units."""
+    vals: dict[str, float] = {}
+    gd = m.groupdict()
+    for canon, (group, unit) in d.fields.items():
+        if "+" in group:  # a sum of printed parts ('Time {data} RUN {run}': the step is both)
+            parts = [convert(gd[g], unit) if gd.get(g) is not None else None for g in group.split("+")]
+            v = sum(parts) if all(x is not None for x in parts) else None  # type: ignore[arg-type]
+        else:
+            raw = gd.get(group)
+            v = convert(raw, unit) if raw is not None else None
+        if v is not None:
+            vals[canon] = v
+    return vals
 
 
 # ------------------------------------------------------------------------------ the generic fallback
@@ -402,5 +410,5 @@ class GenericRows:
         return out
 
 
-__all__ = ["CANONICAL", "Dialect", "DialectRow", "dialects", "load_dialects", "match_dialect", "convert", "GenericRows",
+__all__ = ["CANONICAL", "Dialect", "DialectRow", "dialects", "load_dialects", "match_dialect", "row_values", "convert", "GenericRows",
            "SYNONYMS"]
