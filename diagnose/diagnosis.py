@@ -148,9 +148,9 @@ def build_diagnosis(findings: list[Finding], skipped: list[Skipped], features: F
     findings = in_trainer_dialect(resolve_findings(findings, features), run.trainer)
     ranked = sorted(findings, key=lambda f: (-_SEV[f.severity], -f.priority, f.rule))
     serious = [f for f in ranked if f.severity in ("error", "warning")]
-    if serious and serious[0].rule == "GEN004" and serious[0].category == "unknown":
-        # a traceback cut before its exception line says only that something was raised; a finding with a category
-        # (fp16 overflows down to the floor, a shell 'Killed', a stall) says what: it leads, the cut one follows
+    if serious and serious[0].defers:
+        # a finding that names no category (a traceback cut before its exception line says only that something was
+        # raised) steps back behind one that says what (fp16 overflows down to the floor, a shell 'Killed', a stall)
         known = next((f for f in serious[1:] if f.category not in ("unknown", "healthy")), None)
         if known is not None:
             serious = [known] + [f for f in serious if f is not known]

@@ -53,6 +53,7 @@ class Finding(BaseModel):
     category: str
     severity: str
     priority: int = 50
+    defers: bool = False  # the rule's `defers`: steps back behind a serious finding that names a category
     summary: str
     evidence: str
     values: dict[str, Any] = Field(default_factory=dict)
@@ -309,6 +310,7 @@ def evaluate_rules(rules: list[Rule], features: Features) -> tuple[list[Finding]
         conf, missing = _confidence(declared, decisive, features.probable_lines)
         findings.append(Finding(
             rule=rule.id, slug=rule.slug, category=rule.category, severity=rule.severity, priority=rule.priority,
+            defers=rule.defers,
             summary=rule.summary, evidence=_evidence(rule, feats, features.assumed),
             values={n: feats.get(n) for n in sorted(names)}, lines=lines,
             remedies=_resolve(rule, feats, unknown_flags(features)), references=rule.references, confidence=conf, missing=missing,

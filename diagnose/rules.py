@@ -84,6 +84,9 @@ class Rule(BaseModel):
                       "interrupted", "healthy", "unknown"]
     severity: Literal["info", "warning", "error"]
     priority: int = 50
+    # a finding that names no category steps back behind any serious finding that does, whatever their severity and
+    # priority (a traceback cut before its exception line says only that something was raised)
+    defers: bool = False
     summary: str
     description: str = ""
     requires: list[str] = Field(default_factory=list)

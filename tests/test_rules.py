@@ -84,3 +84,9 @@ def test_generated_docs_are_current():
     root = Path(__file__).resolve().parent.parent
     p = subprocess.run([sys.executable, str(root / "tools" / "gen_docs.py"), "--check"], capture_output=True, text=True)
     assert p.returncode == 0, p.stdout
+
+
+def test_only_a_rule_that_names_no_category_defers():
+    deferring = [r.id for r in RULES.values() if r.defers]
+    assert "GEN004" in deferring
+    assert all(RULES[rid].category == "unknown" for rid in deferring)
