@@ -163,3 +163,21 @@ def test_data_wait_from_any_trainer_s_rows_decides_data_loading():
     diag = analyze_run(parse_text("\n".join(lines) + "\n"))
     assert diag.primary.category == "data_loading"
     assert diag.features["data_time_frac"] > 0.6
+
+
+def test_one_line_of_a_steps_loss_terms_is_a_row():
+    # a VITS/GAN trainer prints its loss terms each interval: one line of them is the run at work
+    one = "INFO:xx:loss_disc=3.598, loss_gen=3.174, loss_fm=8.765,loss_mel=19.367, loss_kl=1.520\n"
+    assert len(parse_text(one).steps) == 1
+    assert analyze_run(parse_text(one)).primary.category == "healthy"
+    # two loss terms, or the same terms of an evaluation, are not
+    assert len(parse_text("loss_disc=3.598, loss_gen=3.174\n").steps) == 0
+    assert len(parse_text("validation: " + one).steps) == 0
+    # a grad norm printed nan beside rows that log only losses: the rows cannot speak for it
+    nan = "(trainer:581) WARNING: The grad norm is nan. Skipping updating the model.\n"
+    row = "(trainer:636) INFO: 2epoch:train:12009-12640batch: iter_time=3.163e-04, loss=65.129, loss_att=124.079, loss_ctc=144.685, train_time=0.624\n"
+    diag = analyze_run(parse_text(nan * 3 + row + nan * 2))
+    assert diag.primary.category == "nan"
+    # rows that log the grad norm themselves, finite, decide otherwise
+    logged = row.replace("train_time=0.624", "grad_norm=1.25, train_time=0.624")
+    assert analyze_run(parse_text(nan + logged)).primary.category != "nan"

@@ -219,6 +219,26 @@ def _nan_after(ctx: Ctx):
     return (True, [_ref(later[0])]) if later else False
 
 
+_NAN_METRIC = (("grad_norm", ("grad norm", "grad_norm", "gradnorm", "gnorm")), ("kl", ("kl",)), ("reward", ("reward",)))
+
+
+@feature("nan_printed_unlogged", "bool",
+         "A metric printed as nan (nan_printed) that the step rows do not log (a grad norm printed nan beside rows of "
+         "losses only, ESPnet's 'The grad norm is nan. Skipping updating the model.'): the rows cannot speak for it.",
+         FAMILY)
+def _nan_unlogged(ctx: Ctx):
+    evs = _events(ctx, "nan_printed")
+    t = ctx.run.steps
+    if not evs or not len(t):
+        return None
+    for e in evs:
+        low = e.text.lower()
+        col = next((c for c, words in _NAN_METRIC if any(w in low for w in words)), "loss")
+        if not (t.has(col) and t.present(col).any()):
+            return True, [_ref(e)]
+    return False
+
+
 @feature("oom_capacity_gib", "GiB", "GPU capacity quoted by a CUDA OOM message ('total capacity of X GiB').", FAMILY)
 def _oom_cap(ctx: Ctx):
     for e in _events(ctx, "cuda_oom"):

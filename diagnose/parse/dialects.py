@@ -383,7 +383,10 @@ class GenericRows:
                 # loss changes ('(Epoch 20) TRAIN LOSS:0.1903 CER:6.53%', then epoch 21's)
                 canon = {SYNONYMS.get(k, ("loss",))[0] for k in mapped}
                 loss_moves = len(rows) == 2 and any(SYNONYMS.get(k, ("loss",))[0] == "loss" for k in changing)
-                if not ({"step", "loss"} <= canon or loss_moves) or any(ln in self._evalish for ln, _ in rows):
+                # so is a line of three or more named losses, a training step's loss terms ('loss_disc=3.598,
+                # loss_gen=3.174, loss_fm=8.765,loss_mel=19.367, loss_kl=1.520', a VITS/GAN trainer's print)
+                terms = sum(1 for k in keys if _lossy(k)) >= 3
+                if not ({"step", "loss"} <= canon or loss_moves or terms) or any(ln in self._evalish for ln, _ in rows):
                     continue  # an evaluation line ('| valid on 'valid' subset | loss 9.329 |') is not a train row
             elif not changing:
                 # a loss that never changes because it is nan on every line ('stage1_pafs_loss:     nan') is no row
