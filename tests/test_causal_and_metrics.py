@@ -113,7 +113,7 @@ def test_a_loss_no_token_mean_can_reach_is_named():
 
 def test_a_loss_of_exactly_zero_on_every_step_is_named_except_in_rl():
     d = analyze_run(parse_text(_swift_rows(3, loss=0.0, grad_norm=1.7320508075688772)))
-    assert d.primary.rule == "GEN007"
+    assert d.primary.rule == "GEN007" and d.primary.category == "config"
     # GRPO: the loss sits at 0 while the policy learns (rewards vary within the groups)
     rl = analyze_run(parse_text(_swift_rows(3, loss=0.0, grad_norm=0.31, reward=0.4, reward_std=0.2,
                                             frac_reward_zero_std=0.25)))
@@ -287,3 +287,13 @@ def test_a_trainers_own_dataset_bar_before_the_timeout_is_data_loading():
     # the model's shards loading is not data preparation
     shards = "Loading checkpoint shards:  50%|█████     | 2/4 [00:10<00:10,  5.00s/it]\n" + WATCHDOG + "\n"
     assert analyze_run(parse_text(shards)).primary.category == "nccl"
+
+
+def test_a_loss_of_exactly_zero_in_another_trainers_rows_is_named():
+    # mmseg's rows (a segmentation head with num_classes=1): the rows carry no reinforcement-learning metric
+    rows = "".join(f"2023-06-05 21:0{i}:45,361 - mmseg - INFO - Iter [{i * 50}/80000]\tlr: 9.995e-05, eta: 11:50:40, "
+                   f"time: 0.533, data_time: 0.011, memory: 15966, decode.loss_ce: 0.0000, decode.acc_seg: 100.0000, "
+                   f"loss: 0.0000\n" for i in range(1, 4))
+    d = analyze_run(parse_text(rows))
+    assert (d.primary.rule, d.primary.category) == ("GEN007", "config")
+    assert analyze_run(parse_text(rows.replace("loss: 0.0000", "loss: 0.4512"))).primary.category == "healthy"

@@ -266,7 +266,8 @@ def _lzeroed(ctx: Ctx):
          "completions/...): a GRPO/PPO/DPO-style trainer, whose loss can legitimately sit at 0.", FAMILY)
 def _rl(ctx: Ctx):
     keys = ctx.run.metric_ranges
-    if not keys:
+    t = ctx.run.steps
+    if not keys and not len(t):
         return None
     return any(k.split("/")[-1].startswith(("reward", "kl")) or "reward" in k or k.startswith("completions/")
                for k in keys)
