@@ -220,3 +220,36 @@ def test_torchrun_tee_tags_are_the_local_rank(line, text, rank):
     from diagnose.parse.prefix import strip_paste
 
     assert strip_paste(line) == (text, rank)
+
+
+@pytest.mark.parametrize("line,text", [
+    ("0: Traceback (most recent call last):", "Traceback (most recent call last):"),
+    ('0:   File "/opt/train.py", line 595, in train', '  File "/opt/train.py", line 595, in train'),
+    ("12: RuntimeError: DataLoader worker exited", "RuntimeError: DataLoader worker exited"),
+    ("100: loss 0.2", "100: loss 0.2"),  # a custom print of a step, not srun's task number
+    ("12:30:45 started", "12:30:45 started"),
+])
+def test_sruns_task_number_goes_before_a_tracebacks_lines(line, text):
+    from diagnose.parse.prefix import strip_paste
+
+    assert strip_paste(line)[0] == text
+
+
+def test_a_cut_traceback_whose_stack_runs_through_the_dataloader_leans_data_loading():
+    from diagnose.parse.run import parse_text
+
+    text = """0: Traceback (most recent call last):
+0:   File "/proj/weathergen/train/trainer.py", line 595, in train
+0:     for bidx, batch in enumerate(dataset_iter):
+0:   File "/proj/.venv/lib/python3.12/site-packages/torch/utils/data/dataloader.py", line 708, in __next__
+0:     data = self._next_data()
+0:   File "/proj/.venv/lib/python3.12/site-packages/torch/utils/data/dataloader.py", line 1505, in _process_data
+0:     data.reraise()
+0:   File "/p/proj
+"""
+    d = analyze_run(parse_text(text))
+    assert (d.primary.category, d.primary.confidence) == ("data_loading", "weak")
+    # the same cut stack in the model's forward says nothing
+    fwd = (text.replace("torch/utils/data/dataloader.py", "torch/nn/modules/module.py").replace("__next__", "_call_impl")
+           .replace("_process_data", "forward").replace("data.reraise()", "out = self.block(x)"))
+    assert analyze_run(parse_text(fwd)).primary.category == "unknown"

@@ -160,6 +160,17 @@ def _cut_lean(ctx: Ctx):
                 lean = Meaning(id=m.id, category=m.category, confidence="weak",
                                explain="the traceback is cut before its exception line: only where it was raised is known")
                 return probe, lean, probe, ev
+    # the DataLoader anywhere in the stack (a worker's exception re-raised by _process_data, a dataset being built):
+    # the stack-wide shapes of the table, as for a whole traceback, weak
+    stack = tuple(ev.detail.get("stack") or ())
+    if stack:
+        probe = TypedException("", "", None, None, ev.line, stack=stack)
+        m = classify_one(probe, shape=True)
+        if m is not None and m.via is not None:
+            lean = Meaning(id=m.id, category=m.category, confidence="weak",
+                           explain="the traceback is cut before its exception line; its stack runs through the data "
+                                   "pipeline (" + m.explain + ")")
+            return probe, lean, probe, ev
     return None
 
 

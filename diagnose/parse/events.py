@@ -463,7 +463,8 @@ class EventScanner:
         if self._frames:
             last = self._frames[-1]
             self._add("traceback_cut", last["at"], f'File "{last["file"]}", line {last["line"]}, in {last["func"]}',
-                      {"frames": self._frames[-4:], "traceback_line": self._tb_start, "confidence": "probable"})
+                      {"frames": self._frames[-4:], "traceback_line": self._tb_start, "confidence": "probable",
+                       "stack": [f"{f['file']} {f['func']}" for f in self._frames[-40:]]})
         else:
             self._add("traceback_cut", self._tb_start, "Traceback (most recent call last): (cut before its first frame)",
                       {"frames": [], "traceback_line": self._tb_start, "confidence": "probable"})

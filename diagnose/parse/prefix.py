@@ -7,7 +7,8 @@ Markdown quotes (`> `), bold markers (`**`), log-viewer line numbers (`[1743] `,
 or `1743] ` when the selection began mid-prefix), container/collector timestamps
 (`2024-01-14T17:41:37.636863045Z `, `2024-05-25 09:08:45,291 `, `18:11:06.680 `,
 `[2023-08-14 01:18:54,483] `, also followed by a colon), torchrun's `[rankN]:` tag and its `--tee` copy's
-`[defaultN]:` (a local rank) and the task number srun --label puts before them (`15: [rank15]:`), Open MPI's
+`[defaultN]:` (a local rank) and the task number srun --label puts before them (`15: [rank15]:`) or before a
+traceback's lines (`0:   File "..."`), Open MPI's
 `--tag-output` `[jobid,rank]<stderr>:` (the rank), Ray's `(ActorName pid=N, ip=X) ` and `(raylet) `, a colour
 code whose ESC the copy lost, and the
 host tag pdsh, MPI and DeepSpeed's multi-node runner put before every line (`worker-1: `, `c000001: `,
@@ -44,6 +45,8 @@ _WRAP = re.compile(
     r"|\[(?:rank|RANK)\s*(\d+)\]:\s?"  # torchrun's rank tag
     r"|\[default(\d+)\]:"  # torchrun --tee's copy of a local rank's line (role 'default')
     r"|\s{0,3}\d{1,4}: (?=\[rank\d+\]:|\[default\d+\]:)"  # srun --label's task number before torchrun's tag
+    # ... or before a traceback's lines ('0: Traceback (most recent call last):', '0:   File "...", line 5, in f')
+    r"|\s{0,3}\d{1,4}: (?=Traceback \(|\s+File \"|\s+\^|[A-Za-z_][\w.]*(?:Error|Exception|Interrupt): )"
     r"|\[\d+,(\d+)\]<std(?:out|err|diag)>:\s?"  # Open MPI's --tag-output: '[jobid,rank]<stderr>:'  (mpirun(1))
     r"|\((?:[A-Za-z_][\w.]*\s+)?pid=\d+(?:,\s*ip=[\w.:]+)?\)\s?"  # Ray: '(ActorName pid=N, ip=X) '
     r"|\(raylet(?:,\s*ip=[\w.:]+)?\)\s?"  # Ray's raylet
