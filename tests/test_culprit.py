@@ -215,6 +215,9 @@ def test_torchruns_per_rank_log_folders_give_each_file_its_rank():
     ("[default0]:", "", 0),
     ("[rank2]:[default2]:x", "x", 2),
     ("default0: not a tag", "default0: not a tag", None),
+    ("(head, rank=0, pid=4773) AssertionError", "AssertionError", 0),  # SkyPilot's node prefix
+    ("(worker1, rank=1, pid=2769, ip=10.100.10.12) [rank9]: x", "x", 9),  # the process's own tag is finer
+    ("(see rank=1 below) x", "(see rank=1 below) x", None),
 ])
 def test_torchrun_tee_tags_are_the_local_rank(line, text, rank):
     from diagnose.parse.prefix import strip_paste

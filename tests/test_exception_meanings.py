@@ -268,3 +268,43 @@ def test_one_exception_line_two_ranks_wrote_at_once_is_read_once():
     assert (exc.cls, exc.message) == ("KeyError", "'input_ids_j'")
     # a class whose name merely repeats a part is left alone
     assert ex.parse_exception_line("ErrorError: x")[0] == "ErrorError"
+
+
+def test_vs_codes_exception_pane_is_read_class_message_and_innermost_frame():
+    # debugpy's pane: the class on the first line, the message on the next, the frames innermost first
+    pane = """Exception has occurred: AttributeError       (note: full exception trace is shown but execution is paused at: _run_module_as_main)
+'OptimizerArgs' object has no attribute 'learning_rate'
+  File "/venv/lib/python3.10/site-packages/torchrec/distributed/batched_embedding_kernel.py", line 385, in __init__
+    "lr": emb_module.optimizer_args.learning_rate,
+  File "/venv/lib/python3.10/site-packages/torchrec/distributed/embedding_lookup.py", line 201, in _create_lookup
+    return BatchedFusedEmbedding(
+  File "/proj/train.py", line 12, in <module>
+    main()
+"""
+    run = parse_text(pane)
+    assert [e.kind for e in run.events] == ["traceback"]
+    exc = ex.typed_exception(run.events[0])
+    assert (exc.cls, exc.message) == ("AttributeError", "'OptimizerArgs' object has no attribute 'learning_rate'")
+    assert exc.module.endswith("batched_embedding_kernel.py") and exc.function == "__init__"
+    assert analyze_run(run).primary.category == "config"
+
+
+def test_an_exception_line_glued_into_a_traceback_by_another_stream_is_its_exception():
+    text = """Traceback (most recent call last):
+  File "TTS/bin/train_tacotron.py", line 721, in <module>
+    main(args)RuntimeError:  [!] NaN loss with decoder_loss.
+
+  File "TTS/bin/train_tacotron.py", line 623, in main
+    scaler_st)
+  File "/content/TTS/tts/layers/losses.py", line 398, in forward
+    raise RuntimeError(f" [!] NaN loss with {key}.")
+ ! Run is kept in /home/u/run-March-27-2022
+"""
+    run = parse_text(text)
+    assert [e.kind for e in run.events] == ["traceback"]
+    exc = ex.typed_exception(run.events[0])
+    assert exc.cls == "RuntimeError" and "NaN loss" in exc.message and exc.function == "forward"
+    assert analyze_run(run).primary.category == "nan"
+    # a source line that merely handles an exception class is no exception line
+    handled = text.replace("main(args)RuntimeError:  [!] NaN loss with decoder_loss.", "except (OSError): pass")
+    assert [e.kind for e in parse_text(handled).events] == ["traceback_cut"]

@@ -248,6 +248,12 @@ _IPY_FRAME = re.compile(r'^\s*File ([^"\n]+?\.py):(\d+), in ([\w.<>]+)')
 # task's name (ray python/ray/exceptions.py RayTaskError.__str__: f"{self.proctitle}() (pid={self.pid}, ip={self.ip}"):
 # 'ray.exceptions.RayTaskError(OutOfMemoryError): ray::Worker.get_logprobs() (pid=26, ip=10.0.0.1, ...)'
 _RAY_TOP = re.compile(r"^(?:[A-Za-z_]\w*\.)*Ray\w*Error\(([A-Z]\w*)\):\s*ray::\S+\(\)\s*\(pid=")
+# VS Code's debugger (debugpy) pane, copied: 'Exception has occurred: AttributeError       (note: full exception
+# trace is shown but execution is paused at: ...)', the message on the next line, then the frames innermost first
+_VSCODE_TOP = re.compile(r"^Exception has occurred: ((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)\b")
+# an exception line another stream wrote into the middle of a traceback, glued to a frame's source line
+# ('    main(args)RuntimeError:  [!] NaN loss with decoder_loss.'): stderr and stdout interleaved in one capture
+_GLUED = re.compile(r"[)\]]((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)):\s+(\S.{0,400})$")
 _IPYTHON_TOP = re.compile(r"^\s*((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit))\s{2,}Traceback \(most recent call last\)")
 _CLASS_ALONE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Iteration|Quit|Failure|Warning)$")
 _FRAME = re.compile(r"^\s+|^\s*File \"|^\s*\^+\s*$|^During handling|^The above exception|^\s*$|^\s*\[Previous line repeated")
@@ -301,6 +307,8 @@ class EventScanner:
         self._tb_ignored = False
         self._tb_class: str | None = None  # the class IPython printed above the traceback
         self._tb_top: str | None = None  # Ray's wrapper line above a remote traceback (it names the cause's class)
+        self._vscode: Event | None = None  # the exception VS Code's pane named; its frames follow, innermost first
+        self._glued: tuple[int, str] | None = None  # an exception line glued to a source line of this traceback
         self._prev = ""  # the last non-blank line read
 
     def _add(self, kind: str, lineno: int, text: str, detail: dict[str, Any] | None = None, fold_kind: bool = False) -> None:
@@ -379,8 +387,29 @@ class EventScanner:
             self._ignored_next = False
             # IPython/Jupyter name the exception class at the top: 'OutOfMemoryError    Traceback (most recent ...)'
             top = _IPYTHON_TOP.match(line)
-            self._tb_class, self._tb_top = (top.group(1) if top else None), None
+            self._tb_class, self._tb_top, self._glued = (top.group(1) if top else None), None, None
             return
+        if line.startswith("Exception has occurred: ") and not self._in_tb:
+            vm = _VSCODE_TOP.match(line)
+            if vm:
+                self._add("traceback", lineno, vm.group(1) + ":", {"exception": vm.group(1), "traceback_line": lineno,
+                                                                   "frames": [], "stack": [], "debugger_pane": True})
+                if self.events and self.events[-1].line == lineno:
+                    self._vscode = self.events[-1]
+                    self._cont = [self._vscode, lineno]  # its message is the next line
+                return
+        if self._vscode is not None and not self._in_tb:
+            fm = _FRAME_AT.match(line)
+            if fm:  # innermost first: each frame read goes above the ones before it
+                d = self._vscode.detail
+                if len(d["frames"]) >= 40:
+                    return
+                d["frames"].insert(0, {"file": fm.group(1), "line": int(fm.group(2)), "func": fm.group(3), "at": lineno})
+                d["stack"].insert(0, f"{fm.group(1)} {fm.group(3)}")
+                return
+            if line[:1] in (" ", "\t"):
+                return  # a frame's source line
+            self._vscode = None
         if "ray::" in line and not self._in_tb and _RAY_TOP.match(line.strip()):
             self._in_tb, self._tb_start, self._frames, self._tb_ignored = True, lineno, [], False
             self._tb_top, self._tb_class = line.strip(), None
@@ -404,6 +433,10 @@ class EventScanner:
             return  # IPython prints each frame's source context between frames ('--> 101 image = next(it)')
         if _FRAME.match(line):
             code = line.strip()
+            if ("Error:" in code or "Exception:" in code) and not code.startswith(("raise ", "except ")):
+                gm = _GLUED.search(code)
+                if gm:
+                    self._glued = (lineno, f"{gm.group(1)}: {gm.group(2)}")
             if self._frames and code and lineno == self._last_frame_line + 1 and "code" not in self._frames[-1] \
                     and not code.startswith(("^", "~")):
                 self._frames[-1]["code"] = code[:200]  # the frame's own source line ('with args.main_process_first(')
@@ -419,7 +452,7 @@ class EventScanner:
             if not self._frames or lineno - self._last_frame_line > 3:  # the traceback is over, its end not printed
                 self._cut()
             return
-        self._in_tb, self._tb_class, self._tb_top = False, None, None
+        self._in_tb, self._tb_class, self._tb_top, self._glued = False, None, None, None
         if self._tb_ignored:  # an exception the interpreter ignored: not a crash
             self._tb_ignored, self._causes = False, []
             return
@@ -452,6 +485,14 @@ class EventScanner:
                       {"exception": self._tb_class, "traceback_line": self._tb_start, "frames": self._frames[-4:],
                        "stack": [f"{f['file']} {f['func']}" for f in self._frames[-40:]], "ipython_top": True})
             self._tb_class = None
+            return
+        if self._glued is not None:  # the exception line was printed into the traceback, glued to a source line
+            at, text = self._glued
+            self._glued = None
+            self._add("traceback", at, text, {"exception": text.split(":", 1)[0], "traceback_line": self._tb_start,
+                                              "frames": self._frames[-4:],
+                                              "stack": [f"{f['file']} {f['func']}" for f in self._frames[-40:]],
+                                              "glued": True})
             return
         if self._tb_top:  # the paste lost the bottom of a Ray task's traceback; the wrapper's line above named the cause
             self._add("traceback", self._tb_start, self._tb_top,

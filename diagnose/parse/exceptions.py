@@ -183,7 +183,7 @@ def parse_exception_line(text: str) -> tuple[str, str, str]:
 def typed_exception(event: Any) -> TypedException:
     cls, msg, qual = parse_exception_line(event.text)
     if event.detail.get("more"):  # a message the terminal wrapped onto the next lines
-        msg = " ".join([msg, *event.detail["more"]])
+        msg = " ".join([msg, *event.detail["more"]]).strip()
     frames = event.detail.get("frames") or []
     last = frames[-1] if frames else {}
     chain = []

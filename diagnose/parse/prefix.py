@@ -9,7 +9,8 @@ or `1743] ` when the selection began mid-prefix), container/collector timestamps
 `[2023-08-14 01:18:54,483] `, also followed by a colon), torchrun's `[rankN]:` tag and its `--tee` copy's
 `[defaultN]:` (a local rank) and the task number srun --label puts before them (`15: [rank15]:`) or before a
 traceback's lines (`0:   File "..."`), Open MPI's
-`--tag-output` `[jobid,rank]<stderr>:` (the rank), Ray's `(ActorName pid=N, ip=X) ` and `(raylet) `, a colour
+`--tag-output` `[jobid,rank]<stderr>:` (the rank), Ray's `(ActorName pid=N, ip=X) ` and `(raylet) `, SkyPilot's
+`(head, rank=0, pid=N) ` / `(worker1, rank=1, pid=N, ip=X) ` (the node's rank), a colour
 code whose ESC the copy lost, and the
 host tag pdsh, MPI and DeepSpeed's multi-node runner put before every line (`worker-1: `, `c000001: `,
 `10.0.0.2: `; a host name holds a digit or a hyphen, so `ValueError: ` is never one, and a name ending like an
@@ -50,6 +51,8 @@ _WRAP = re.compile(
     r"|\[\d+,(\d+)\]<std(?:out|err|diag)>:\s?"  # Open MPI's --tag-output: '[jobid,rank]<stderr>:'  (mpirun(1))
     r"|\((?:[A-Za-z_][\w.]*\s+)?pid=\d+(?:,\s*ip=[\w.:]+)?\)\s?"  # Ray: '(ActorName pid=N, ip=X) '
     r"|\(raylet(?:,\s*ip=[\w.:]+)?\)\s?"  # Ray's raylet
+    # SkyPilot's per-node prefix: '(head, rank=0, pid=4773) ', '(worker1, rank=1, pid=2769, ip=10.0.0.2) '
+    r"|\((?:head|worker\d+|[\w.-]{1,40}), rank=(\d+)(?:, pid=\d+)?(?:, ip=[\w.:]+)?\)\s*"
     r"|\[\d{1,2}(?:;\d{1,2})*m(?=\S)"  # a colour code whose ESC was lost in the copy ('[33m(raylet)')
     r"|(?!(?:default|rank|RANK)\d+:|[\w.-]*(?:[Ee]rror|Exception|Warning|Interrupt|Exit): )(?:[A-Za-z][A-Za-z0-9.-]*\d[A-Za-z0-9.-]*|[A-Za-z][\w.]*-[\w.-]+|\d{1,3}(?:\.\d{1,3}){3}): (?=.)"  # pdsh/MPI host
     # (a host name has no '_': 'stage1_pafs_loss: nan' is a metric, not a host's line)
@@ -71,6 +74,8 @@ def strip_paste(line: str) -> tuple[str, int | None]:
             rank = int(m.group(2))
         elif m.group(3) is not None:
             rank = int(m.group(3))
+        elif m.group(4) is not None:  # a node's rank (SkyPilot), not a process's: only when nothing finer said one
+            rank = int(m.group(4)) if rank is None else rank
         s = s[m.end():]
     return s, rank
 
