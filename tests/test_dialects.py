@@ -2,6 +2,7 @@
 rows, and features that do not care which dialect the rows came from."""
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -181,3 +182,37 @@ def test_one_line_of_a_steps_loss_terms_is_a_row():
     # rows that log the grad norm themselves, finite, decide otherwise
     logged = row.replace("train_time=0.624", "grad_norm=1.25, train_time=0.624")
     assert analyze_run(parse_text(nan + logged)).primary.category != "nan"
+
+
+def test_deit_and_maes_per_epoch_json_lines_are_rows():
+    rows = "".join(json.dumps({"train_lr": 5e-4 - i * 1e-6, "train_loss": 3.59 - i * 0.01, "epoch": 147 + i,
+                               "n_parameters": 11590840}) + "\n" for i in range(4))
+    t = parse_text(rows).steps
+    assert len(t) == 4 and t["loss"][1] == pytest.approx(3.58) and t["learning_rate"][0] == pytest.approx(5e-4)
+    # the trainer's run summary (train_loss beside train_runtime) stays a summary, not a row
+    summary = json.dumps({"train_runtime": 4744.9, "train_loss": 0.7364, "epoch": 3.0}) + "\n"
+    assert len(parse_text(summary).steps) == 0
+
+
+def test_a_numeric_csv_tables_column_that_ends_nan_is_nan():
+    good = "".join(f"{200 + i},{4.4 - i * 0.01:.4f},{4.13 + i * 0.01:.4f},7.7,24.4\n" for i in range(6))
+    bad = good + "206,nan,4.16,7.72,24.01\n207,nan,nan,1.0,5.0\n208,nan,nan,1.0,5.0\n"
+    assert analyze_run(parse_text(bad)).primary.category == "nan"
+    assert analyze_run(parse_text(good)).primary.category != "nan"
+    # a data file with a missing value here and there is no metric gone nan
+    data = "".join(f"{i},{'nan' if i % 3 == 0 else '5.1'},3.5,1.4,0.2\n" for i in range(1, 9))
+    assert analyze_run(parse_text(data)).primary.category != "nan"
+
+
+def test_transformers_notebook_table_pasted_from_colab_is_rows():
+    tabbed = "Step\tTraining Loss\tValidation Loss\n" + "".join(
+        f"{10 * i}\t{2.5 - i * 0.1:.6f}\tNo log\n" for i in range(1, 5))
+    t = parse_text(tabbed).steps
+    assert list(t["step"]) == [10, 20, 30, 40] and t["loss"][0] == pytest.approx(2.4)
+    md = ("Step | Training Loss | reward | kl\n-- | -- | -- | --\n"
+          + "".join(f"{i} | 0.{i}00000 | -17.25 | 0.00{i}\n" for i in range(1, 4)) + "4 | nan | -3.0 | nan\n")
+    run = parse_text(md)
+    assert len(run.steps) == 4 and math.isnan(run.steps["loss"][3])
+    assert analyze_run(run).primary.category == "nan"
+    # the same words in prose start no table
+    assert len(parse_text("Step  Training Loss went down\n1  2\n").steps) == 0

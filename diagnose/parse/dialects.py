@@ -88,6 +88,8 @@ def convert(text: str, unit: str | None) -> float | None:
             v = float(s)
         except ValueError:
             return None
+    if unit == "per_s":  # a rate printed as N it/s -> the seconds of one (0 and nan stay unknown)
+        return 1.0 / v if v > 0 and math.isfinite(v) else None
     if unit in (None, "", "s", "count", "pct", "plain"):
         return v
     factor = {"ms": 1e-3, "min": 60.0, "MiB": 2.0 ** 20 / _GIB, "MB": 1e6 / _GIB, "GiB": 1.0, "GB": 1e9 / _GIB,

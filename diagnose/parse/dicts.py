@@ -59,7 +59,7 @@ def iter_dicts(text: str):
         pos = span[1]
 
 
-_TRAIN_KEYS = ("loss", "grad_norm")
+_TRAIN_KEYS = ("loss", "grad_norm", "train_loss")  # train_loss: DeiT/MAE's per-epoch log.txt rows
 
 
 def is_train_row(d: dict[str, Any]) -> bool:

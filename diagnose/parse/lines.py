@@ -196,6 +196,14 @@ def _wrapped_pairs(s: str) -> dict[str, str]:
 # The line recognisers, tried in this order on each non-step line: (name, needles - a cheap prefilter,
 # the line must hold one of them -, handler method).  A handler returns True when the line was its kind.
 # Each has its line cases in tests/data/line_cases.yaml.
+# transformers utils/notebook.py NotebookProgressCallback.on_train_begin: column_names = [first_column] + ["Training
+# Loss"] (+ "Validation Loss"), first_column 'Step' or 'Epoch'; copied from a notebook the cells are set apart by
+# tabs, by ' | ' (a Markdown conversion) or by runs of spaces
+_NB_HEADER = re.compile(r"^\s*\|?\s*(?:Step|Epoch)(?:\t|\s*\|\s*|\s{2,})Training Loss\b")
+_NB_SPLIT = re.compile(r"\s*\|\s*|\t+|\s{2,}")
+# a row of a numeric CSV table: an integer, then three or more numbers or nan/inf ('209,nan,4.16,7.72,24.01': timm's
+# summary.csv, epoch,train_loss,eval_loss,eval_top1,eval_top5, pasted without its header)
+_CSV_ROW = re.compile(r"^\s*\d{1,9}(?:,\s?(?:-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|-?inf)){3,40}\s*$")
 _BARE_PAIR = re.compile(r"^\s*(\d{1,12})\s+(-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|-?inf)\s*$")
 
 
@@ -288,6 +296,8 @@ class InfoScanner:
         self.dialect_rows: list[tuple[int, Any]] = []  # (line, DialectRow): other trainers' step rows (parse.dialects)
         self.generic = GenericRows()  # `key: number` lines of a dialect the table does not know
         self._bare_pairs: list[tuple[int, int, str]] = []  # (line, step, value) of 'N value' lines
+        self._csv_rows: list[tuple[int, list[str]]] = []  # (line, fields) of numeric CSV rows
+        self._nb_cols: list[str] | None = None  # the columns of transformers' notebook table being read
         self.bar_rows: list[dict[str, Any]] = []  # every training tqdm bar update: step, total, s/it
         # a step row the paste or the terminal wrapped: [last line, the Megatron row dict or the DialectRow, lines]
         self._row_cont: list[Any] | None = None
@@ -349,8 +359,17 @@ class InfoScanner:
                     return
         if self._row_cont is not None and self._continue_row(lineno, s):
             return
+        if self._nb_cols is not None and self._notebook_row(lineno, s):
+            return
+        if "Training Loss" in s and _NB_HEADER.match(s):  # transformers' notebook table, copied from Jupyter/Colab
+            self._nb_cols = [c.strip() for c in _NB_SPLIT.split(s.strip().strip("|").strip())]
+            return
         if ("loss" in s or "Loss" in s) and _TABLE_HEADER.match(s):  # 'Epoch GPU_mem box_loss ... Size' (ultralytics)
             self._table_header = s.split()
+            return
+        if "," in s and _CSV_ROW.match(s):
+            if len(self._csv_rows) < 100_000:
+                self._csv_rows.append((lineno, [f.strip() for f in s.split(",")]))
             return
         bare = _BARE_PAIR.match(s)
         if bare:  # 'step value' and nothing else ('76980 2.6496577': print(step, loss) in a custom loop)
@@ -791,6 +810,58 @@ class InfoScanner:
         self._pretty_flush()
         self._flush_timers()
         self._bare_rows()
+        self._csv_table()
+
+    def _notebook_row(self, lineno: int, s: str) -> bool:
+        """A row of transformers' NotebookProgressCallback table (utils/notebook.py: columns 'Step' or 'Epoch',
+        'Training Loss', 'Validation Loss' and the metrics write_line adds; cells 'No log' until a value comes),
+        pasted from Jupyter/Colab as tab-, pipe- or space-separated text; its '-- | --' rule line is skipped."""
+        from diagnose.parse.dialects import SYNONYMS, DialectRow, convert
+
+        cols = self._nb_cols or []
+        cells = [c.strip() for c in _NB_SPLIT.split(s.strip().strip("|").strip())]
+        if all(set(c) <= set("-: ") for c in cells):
+            return True  # the Markdown rule under the header
+        if len(cells) != len(cols) or not cells[0].isdigit():
+            self._nb_cols = None
+            return False
+        vals: dict[str, float] = {("epoch" if cols[0] == "Epoch" else "step"): float(cells[0])}
+        bad: dict[str, str] = {}
+        for name, cell in zip(cols[1:], cells[1:]):
+            v = convert(cell, None)
+            if v is None:
+                continue  # 'No log'
+            key = "loss" if name == "Training Loss" else SYNONYMS.get(name.lower().replace(" ", "_"), ("",))[0]
+            if key and key not in vals:
+                vals[key] = v
+            elif v != v or v in (float("inf"), float("-inf")):
+                bad[name] = cell
+        if "loss" not in vals:
+            return True  # an evaluation's line: no training loss logged yet
+        self.dialect_rows.append((lineno, DialectRow("hf_notebook_table", "transformers NotebookProgressCallback "
+                                                     "(a Jupyter/Colab table)", "train", vals)))
+        if bad:
+            self.note_nonfinite(lineno, bad)
+        return True
+
+    def _csv_table(self) -> None:
+        """Three or more numeric CSV rows of one width whose first column only grows (an epoch or step): a metrics
+        table without its header.  A column that starts finite and ends nan/inf on the last rows went non-finite
+        (missing values in a data file are scattered, not a column's tail)."""
+        rows = self._csv_rows
+        if len(rows) < 3 or len({len(f) for _, f in rows}) != 1:
+            return
+        firsts = [int(f[0]) for _, f in rows]
+        if any(b <= a for a, b in zip(firsts, firsts[1:])):
+            return
+        bad = {"nan", "-nan", "inf", "-inf"}
+        for col in range(1, len(rows[0][1])):
+            vals = [f[col].lower() for _, f in rows]
+            if vals[0] in bad or vals[-1] not in bad:
+                continue
+            first = next(i for i, v in enumerate(vals) if v in bad)
+            if all(v in bad for v in vals[first:]):
+                self.note_nonfinite(rows[first][0], {f"column {col + 1} of a numeric table": vals[first]})
 
     def _bare_rows(self) -> None:
         """Five or more 'N value' lines whose N only grows are a custom loop's print(step, loss): step rows (the value

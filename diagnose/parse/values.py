@@ -26,6 +26,10 @@ STEP_KEYS: dict[str, str] = {
     "step": "step",  # trainer_state.json log_history rows
     "current_steps": "step",  # LLaMA-Factory trainer_log.jsonl (LogCallback)
     "total_steps": "max_steps",
+    # facebookresearch/deit and mae main.py: one json.dumps(log_stats) line a epoch in log.txt, log_stats =
+    # {**{f'train_{k}': v for k, v in train_stats.items()}, **{f'test_{k}': ...}, 'epoch': epoch, 'n_parameters': n}
+    "train_loss": "loss",
+    "train_lr": "learning_rate",
 }
 SPEED_KEYS = {"train_speed(iter/s)": "iter/s", "train_speed(s/it)": "s/it"}
 PAIR_KEYS = ("global_step/max_steps", "iteration")  # "N/M" strings
