@@ -284,3 +284,21 @@ def test_swap_in_use_is_read_from_free_top_and_a_printed_value():
                       "3/3  11.3G  1.362: 65% 41/63 2.0it/s  RAM= 15.8/17.2 GB (91.9%) | swap= 22.10 GB")
     assert abs(swap["used_gib"] - 23.78) < 1e-9 and swap["line"] == 1 and used == [False, False]
     assert read("Swapping the two columns of the table")[0] is None
+
+
+def test_host_ram_in_use_is_read_from_deepspeeds_see_memory_usage_and_free():
+    from diagnose.parse.run import parse_text
+    from diagnose.pipeline import analyze_run
+
+    ds = ("[2023-04-20 19:03:19,581] [INFO] [utils.py:831:see_memory_usage] After creating fp32 partitions\n"
+          "[2023-04-20 19:03:19,581] [INFO] [utils.py:840:see_memory_usage] CPU Virtual Memory:  used = 20.1 GB, percent = 64.0%\n"
+          "[2023-04-20 19:03:21,581] [INFO] [utils.py:840:see_memory_usage] CPU Virtual Memory:  used = 29.71 GB, percent = 95.3%\n")
+    run = parse_text(ds)
+    assert run.snapshot["host_used"] == {"used_gib": 29.71, "used_pct": 95.3, "line": 3}
+    d = analyze_run(run)
+    assert (d.primary.category, d.primary.rule, d.primary.confidence) == ("oom", "OOM012", "weak")
+    assert analyze_run(parse_text(ds.replace("95.3%", "71.0%"))).primary.category != "oom"
+    # free's available against its total says the same
+    free = ("               total        used        free      shared  buff/cache   available\n"
+            "Mem:           251Gi       240Gi       2.1Gi       1.0Gi         9Gi       5.0Gi\n")
+    assert analyze_run(parse_text(free)).primary.rule == "OOM012"

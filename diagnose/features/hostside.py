@@ -21,6 +21,17 @@ def _pasted(ctx: Ctx, key: str):
         return mem["total_gib"], [mem["line"]]
     if mem and key == "host_mem_available_gib":
         return mem["available_gib"], [mem["line"]]
+    if key == "host_mem_used_frac":
+        used = snap.get("host_used")
+        fracs = [(used["used_pct"] / 100, used["line"])] if used else []
+        if mem and mem.get("total_gib"):
+            fracs.append((1 - mem["available_gib"] / mem["total_gib"], mem["line"]))
+        live = ctx.host or {}
+        if live.get("host_mem_total_gib") and live.get("host_mem_available_gib") is not None:  # attach: measured
+            return 1 - live["host_mem_available_gib"] / live["host_mem_total_gib"]
+        if fracs:
+            frac, line = max(fracs)
+            return frac, [line]
     swap = snap.get("swap")
     if swap and key == "host_swap_used_gib":
         return swap["used_gib"], [swap["line"]]
@@ -34,6 +45,8 @@ for _f, _u, _d in [
     ("shm_used_frac", "fraction", "Share of /dev/shm in use."),
     ("host_mem_available_gib", "GiB", "Host RAM available."),
     ("host_mem_total_gib", "GiB", "Host RAM total."),
+    ("host_mem_used_frac", "fraction", "Share of host RAM in use, cache excluded (1 - available/total; DeepSpeed's "
+                                       "see_memory_usage percent): the fullest the text shows."),
     ("host_swap_used_gib", "GiB", "Swap in use on the host (the largest the text shows: free, top, a swap= value)."),
     ("host_swap_used_frac", "fraction", "Share of the host's swap in use (free, top: where the total is shown)."),
     ("worker_cpu_pct", "%", "CPU use of the job's data-loader worker processes (100 = one core)."),

@@ -4,12 +4,14 @@ Contract: `Snapshots.feed(lineno, text) -> bool` reads one (prefix-stripped) lin
 and returns True when it was a snapshot row; `Snapshots.result()` is the dict kept
 as `Run.snapshot`: `gpus` [{index, name, mem_used_gib, mem_total_gib, util_pct,
 line}], `shm` {size_gib, used_gib, use_pct, line}, `host_mem` {total_gib,
-available_gib, line}, `swap` {used_gib, total_gib, line} (the largest use seen).  Only what the text shows; nothing is measured here.
+available_gib, line}, `swap` {used_gib, total_gib, line} (the largest use seen), `host_used` {used_gib, used_pct,
+line} (the fullest DeepSpeed's see_memory_usage printed).  Only what the text shows; nothing is measured here.
 Formats: nvidia-smi's table (a name row `|   0  NVIDIA A100-SXM4-80GB  On | ...`
 followed by a usage row `| N/A 34C P0 63W / 400W | 81000MiB / 81920MiB | 100% Default |`),
 gpustat (`[0] NVIDIA A100 | 65°C, 100 % | 79000 / 81920 MB | user(78000M)`),
 procps `free` (`Mem:  251Gi  34Gi  2.1Gi  1.0Gi  215Gi  214Gi`) and coreutils `df`
-(`tmpfs  64M  64M  0  100% /dev/shm`).
+(`tmpfs  64M  64M  0  100% /dev/shm`), DeepSpeed's see_memory_usage (`CPU Virtual Memory:  used = 29.71 GB, percent
+= 95.3%`).
 """
 from __future__ import annotations
 
@@ -25,6 +27,9 @@ _FREE = re.compile(r"^Mem:\s+" + r"\s+".join([_SIZE] * 6))
 _FREE_SWAP = re.compile(r"^Swap:\s+" + r"\s+".join([_SIZE] * 3))
 _TOP_SWAP = re.compile(r"^([KMG])iB Swap:\s*([\d.]+) total,\s*([\d.]+) free,\s*([\d.]+) used")
 _KV_SWAP = re.compile(r"\b[Ss]wap(?: used)?\s*[:=]\s*([\d.]+)\s*(GB|GiB|G|MB|MiB|M)\b")
+# deepspeed runtime/utils.py see_memory_usage: logger.info(f'CPU Virtual Memory:  used = {used_GB} GB, percent =
+# {vm_stats.percent}%') - psutil's (total - available) in GiB and its percent (DeepSpeed 0.16.4)
+_DS_VM = re.compile(r"CPU Virtual Memory:\s+used = ([\d.]+) GB, percent = ([\d.]+)%")
 _DF = re.compile(r"^\S+\s+" + _SIZE + r"\s+" + _SIZE + r"\s+" + _SIZE + r"\s+(\d+)%\s+(/dev/shm)\s*$")
 _UNIT_GIB = {"": 1 / 1024**3, "B": 1 / 1024**3, "K": 1 / 1024**2, "M": 1 / 1024, "G": 1.0, "T": 1024.0, "P": 1024.0**2}
 
@@ -40,6 +45,7 @@ class Snapshots:
         self.shm: dict[str, Any] | None = None
         self.host_mem: dict[str, Any] | None = None
         self.swap: dict[str, Any] | None = None
+        self.host_used: dict[str, Any] | None = None
         self._smi_gpu: tuple[int, str] | None = None
         self._free_bare = "K"  # the unit of `free`'s bare numbers: KiB by default, -m/-g print MiB/GiB
 
@@ -47,6 +53,13 @@ class Snapshots:
         t = s.strip()
         if "wap" in t and self._swap(lineno, t):
             return True
+        if "CPU Virtual Memory" in t:
+            m = _DS_VM.search(t)
+            if m:
+                pct = float(m.group(2))
+                if self.host_used is None or pct > self.host_used["used_pct"]:
+                    self.host_used = {"used_gib": float(m.group(1)), "used_pct": pct, "line": lineno}
+                return True
         if t.startswith("|"):
             m = _SMI_NAME.match(t)
             if m:
@@ -117,9 +130,10 @@ class Snapshots:
         return consumed
 
     def result(self) -> dict[str, Any] | None:
-        if not (self.gpus or self.shm or self.host_mem or self.swap):
+        if not (self.gpus or self.shm or self.host_mem or self.swap or self.host_used):
             return None
-        return {"gpus": self.gpus, "shm": self.shm, "host_mem": self.host_mem, "swap": self.swap}
+        return {"gpus": self.gpus, "shm": self.shm, "host_mem": self.host_mem, "swap": self.swap,
+                "host_used": self.host_used}
 
 
 __all__ = ["Snapshots"]
