@@ -150,11 +150,12 @@ def _cut_lean(ctx: Ctx):
     if not cuts:
         return None
     ev = cuts[-1]
+    stack = tuple(ev.detail.get("stack") or ())
     for fr in reversed(ev.detail.get("frames") or []):
         # the frame itself, then the function its source line was calling ('dataset = get_dataset(...)')
         funcs = [fr.get("func")] + _callees(fr.get("code") or "")
         for func in funcs:
-            probe = TypedException("", "", fr.get("file"), func, ev.line)
+            probe = TypedException("", "", fr.get("file"), func, ev.line, stack=stack)
             m = classify_one(probe) or classify_one(probe, shape=True)
             if m is not None and m.generic:
                 lean = Meaning(id=m.id, category=m.category, confidence="weak",
@@ -162,7 +163,6 @@ def _cut_lean(ctx: Ctx):
                 return probe, lean, probe, ev
     # the DataLoader anywhere in the stack (a worker's exception re-raised by _process_data, a dataset being built):
     # the stack-wide shapes of the table, as for a whole traceback, weak
-    stack = tuple(ev.detail.get("stack") or ())
     if stack:
         probe = TypedException("", "", None, None, ev.line, stack=stack)
         m = classify_one(probe, shape=True)
