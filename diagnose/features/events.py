@@ -4,6 +4,8 @@ Units: `_count` are occurrences (rank repeats folded), `_line` a 1-based line.
 """
 from __future__ import annotations
 
+import re
+
 from diagnose.features.registry import Ctx, feature
 from diagnose.parse.events import KINDS as SIGNATURE_KINDS
 from diagnose.parse.events import ORDINARY_KINDS
@@ -14,7 +16,7 @@ KINDS = tuple(SIGNATURE_KINDS) + ("traceback", "traceback_cut", "nan")
 _NOT_STOPPING = {"nan", "allocator_flush", "cache_emptied", "traceback", "traceback_cut", "ddp_inactive", "closing_signal", "index_build",
                  "shards_one", "dns_fail", "argv_backslash", "nccl_info", "dataset_error",
                  "video_decode_fallback", "video_torchvision", "labels_masked", "gpu_unusable",
-                 "logged_error", *ORDINARY_KINDS}  # broken_media stops a run: not in this set
+                 "logged_error", "samples_too_long", *ORDINARY_KINDS}  # broken_media stops a run: not in this set
 
 
 def _ref(e) -> tuple[str | None, int]:
@@ -248,6 +250,23 @@ def _nan_unlogged(ctx: Ctx):
         if not (t.has(col) and t.present(col).any()):
             return True, [_ref(e)]
     return False
+
+
+_HANDLED_MEDIA = re.compile(r"(?i)\b(?:ignor(?:e|ed|ing)|skip(?:s|ped|ping)?|handling \w+ error|continu(?:e|ing))\b")
+
+
+@feature("broken_media_skipped", "bool",
+         "Every media decoding error (broken_media) was on a line saying the pipeline handled it (webdataset's "
+         "'Handling webdataset error (...). Ignoring.', a loader's 'skipping') and step rows go on after the last "
+         "one: samples were dropped, the run did not stop.", FAMILY)
+def _media_skipped(ctx: Ctx):
+    evs = _events(ctx, "broken_media")
+    t = ctx.run.steps
+    if not evs:
+        return None
+    handled = all(_HANDLED_MEDIA.search(e.text) for e in evs)
+    later = bool(len(t)) and any(float(ln) > max(e.line for e in evs) for ln in t["line"][-1:])
+    return (handled and later), [_ref(evs[-1])]
 
 
 @feature("oom_capacity_gib", "GiB", "GPU capacity quoted by a CUDA OOM message ('total capacity of X GiB').", FAMILY)
