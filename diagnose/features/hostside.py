@@ -26,9 +26,6 @@ def _pasted(ctx: Ctx, key: str):
         fracs = [(used["used_pct"] / 100, used["line"])] if used else []
         if mem and mem.get("total_gib"):
             fracs.append((1 - mem["available_gib"] / mem["total_gib"], mem["line"]))
-        live = ctx.host or {}
-        if live.get("host_mem_total_gib") and live.get("host_mem_available_gib") is not None:  # attach: measured
-            return 1 - live["host_mem_available_gib"] / live["host_mem_total_gib"]
         if fracs:
             frac, line = max(fracs)
             return frac, [line]
