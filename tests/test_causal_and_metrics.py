@@ -297,3 +297,23 @@ def test_a_loss_of_exactly_zero_in_another_trainers_rows_is_named():
     d = analyze_run(parse_text(rows))
     assert (d.primary.rule, d.primary.category) == ("GEN007", "config")
     assert analyze_run(parse_text(rows.replace("loss: 0.0000", "loss: 0.4512"))).primary.category == "healthy"
+
+
+def test_the_launchers_report_of_a_failed_worker_defers_to_the_workers_exception():
+    worker = """Traceback (most recent call last):
+  File "main.py", line 251, in main
+    model = create_model(args.model)
+  File "/env/lib/python3.7/site-packages/timm/models/factory.py", line 59, in create_model
+    raise RuntimeError('Unknown model (%s)' % model_name)
+RuntimeError: Unknown model (1)
+"""
+    launcher = """Traceback (most recent call last):
+  File "/env/lib/python3.7/site-packages/torch/distributed/launch.py", line 256, in main
+    cmd=cmd)
+subprocess.CalledProcessError: Command '['/env/bin/python', '-u', 'main.py', '--model', '1']' returned non-zero exit status 1.
+"""
+    d = analyze_run(parse_text(worker + launcher))
+    assert d.primary.category == "config" and "Unknown model" in d.features["crash_exception"]
+    # the launcher's report alone still says a worker failed
+    alone = analyze_run(parse_text(launcher))
+    assert "CalledProcessError" in alone.features["crash_exception"]

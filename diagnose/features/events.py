@@ -106,7 +106,11 @@ def _crash(ctx: Ctx):
 
         evs = _events(ctx, "traceback")
         if evs:
-            exc = typed_exception(evs[-1])
+            # a launcher's report of a failed worker (torchrun's ChildFailedError, torch.distributed.launch's
+            # CalledProcessError) comes last; the worker's own exception before it says why
+            workers = [e for e in evs if not _launcher_report(typed_exception(e))]
+            ev = workers[-1] if workers else evs[-1]
+            exc = typed_exception(ev)
             got = classify(exc)
             if got is None and exc.module is None:
                 # an exception line pasted without its frames (several ranks interleaved): the frames of a cut copy of
@@ -116,10 +120,21 @@ def _crash(ctx: Ctx):
                     m = lean[1]
                     m.confidence, m.explain = "probable", "raised where the other rank's copy of the traceback shows"
                     got = (m, exc)
-            ctx.cache[key] = (exc, got[0] if got else None, got[1] if got else None, evs[-1])
+            ctx.cache[key] = (exc, got[0] if got else None, got[1] if got else None, ev)
         else:
             ctx.cache[key] = _logged_meaning(ctx) or _cut_lean(ctx)
     return ctx.cache[key]
+
+
+_LAUNCHER = re.compile(r"torch/distributed/(?:launch|run)\.py$|torch/distributed/launcher/|torch/distributed/elastic/|"
+                       r"deepspeed/launcher/|accelerate/commands/")
+
+
+def _launcher_report(exc) -> bool:
+    """A launcher's summary that a worker failed, not a worker's own exception."""
+    if exc.cls == "ChildFailedError":
+        return True
+    return exc.cls == "CalledProcessError" and bool(exc.module and _LAUNCHER.search(exc.module.replace("\\", "/")))
 
 
 def _logged_meaning(ctx: Ctx):
