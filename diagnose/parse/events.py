@@ -10,7 +10,10 @@ line no signature claims, also when the paste kept only that line) and
 excerpt ends inside it).  A Python traceback whose final exception line carries a
 specific kind is reported only as that kind; one CPython printed after 'Exception ignored in ...' (a
 destructor, an exit handler) is none, an exception line the terminal wrapped keeps its next lines
-(`detail["more"]`), and an IPython traceback whose bottom was cut is named by the class printed at its top.
+(`detail["more"]`), and an IPython traceback whose bottom was cut is named by the class printed at its top, a Ray
+task's by its wrapper line above it (`RayTaskError(Cls): ray::task() (pid=...)`).  An exception line another stream
+glued onto a frame's source line ends its traceback when the real end is missing; VS Code's exception pane
+(`Exception has occurred: Cls`, the message on the next line, frames innermost first) is a traceback too.
 Call `finish()` at the end of input.
 Repeats of the same (kind, text) - one per rank - are folded into the first
 event (`detail["repeats"]`).

@@ -12,8 +12,9 @@ eval and summary dicts, Megatron 3.x pipe-separated iteration lines; and what
 users paste beside a log: training rows in any shape (JSON lines, HF Trainer
 dicts, pretty-printed trainer_state objects, several dicts glued on one line:
 `step_dicts`), tqdm bars told apart (training, preprocessing, eval, loading),
-DeepSpeed wall-clock timers, `data_time` iteration lines, and host/GPU snapshots
-(`parse.snapshots`).  `finish()` closes what the end of input cut.
+DeepSpeed wall-clock timers, `data_time` iteration lines, transformers' notebook table copied from
+Jupyter/Colab (`Step | Training Loss | ...`), headerless numeric CSV tables (a column that ends nan is nan), and
+host/GPU snapshots (`parse.snapshots`).  `finish()` closes what the end of input cut.
 """
 from __future__ import annotations
 
