@@ -308,3 +308,19 @@ def test_an_exception_line_glued_into_a_traceback_by_another_stream_is_its_excep
     # a source line that merely handles an exception class is no exception line
     handled = text.replace("main(args)RuntimeError:  [!] NaN loss with decoder_loss.", "except (OSError): pass")
     assert [e.kind for e in parse_text(handled).events] == ["traceback_cut"]
+
+
+def test_a_message_that_starts_on_the_next_line_keeps_its_indented_lines():
+    # CPython's multiprocessing prints its bootstrapping error as 'RuntimeError: ' and then the indented text
+    text = ("Traceback (most recent call last):\n"
+            '  File "C:\\Python39\\lib\\multiprocessing\\spawn.py", line 134, in _check_not_importing_main\n'
+            "    raise RuntimeError(\n"
+            "RuntimeError: \n"
+            "        An attempt has been made to start a new process before the\n"
+            "        current process has finished its bootstrapping phase.\n")
+    exc = _typed(text)
+    assert exc.message.startswith("An attempt has been made") and "bootstrapping phase" in exc.message
+    assert analyze_run(parse_text(text)).primary.category == "data_loading"
+    # the indented lines after a message printed on the exception line itself are not its message
+    other = text.replace("RuntimeError: \n", "RuntimeError: boom\n")
+    assert _typed(other).message == "boom"

@@ -367,7 +367,13 @@ class EventScanner:
         if self._cont is not None:
             ev, last = self._cont
             more = ev.detail.get("more", [])
-            if lineno == last + 1 and len(more) < 3 and not _NOT_CONT.match(line):
+            # a message that starts on the next line keeps its indentation ('RuntimeError: ' then the text of
+            # multiprocessing's bootstrapping error, indented as in its source)
+            empty = ev.detail.get("indented_message", not more) and ev.text.rstrip().endswith(":")
+            indented = empty and line[:1] in (" ", "\t") and bool(line.strip()) and not _FRAME_AT.match(line)
+            if indented:
+                ev.detail["indented_message"] = True
+            if lineno == last + 1 and len(more) < 3 and (indented or not _NOT_CONT.match(line)):
                 more.append(line.strip()[:300])  # the message goes on: the terminal wrapped it
                 ev.detail["more"], self._cont = more, [ev, lineno]
                 return
