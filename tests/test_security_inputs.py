@@ -335,3 +335,20 @@ def test_every_way_through_a_signature_holds_one_of_its_needles():
             if not any(n.lower() in path.lower() for n in sig.needles):
                 missing.append((sig.kind, path.replace("\0", "·")[:80]))
     assert not missing, missing
+
+
+def test_the_line_readers_own_patterns_stay_linear_on_long_lines():
+    # the patterns the scanners run outside the signature and dialect tables, on 100 kB lines built to make a
+    # backtracking pattern quadratic (runs of digits, spaces, word characters, separators)
+    from diagnose.parse.dialects import _VLINE
+    from diagnose.parse.events import _GLUED, _RAY_TOP, _VSCODE_TOP
+    from diagnose.parse.exceptions import _TWICE
+    from diagnose.parse.lines import _CSV_ROW, _NB_HEADER, _NB_SPLIT
+
+    lines = ["0" * 100_000 + " x", "1," * 50_000, " " * 100_000 + "x", ")" + "a" * 100_000, ")a." * 33_000,
+             "| > " * 25_000, "Step" + " " * 100_000 + "Training", "a" * 100_000 + "Error"]
+    for pat in (_VLINE, _GLUED, _RAY_TOP, _VSCODE_TOP, _TWICE, _CSV_ROW, _NB_HEADER, _NB_SPLIT):
+        for line in lines:
+            t = time.perf_counter()
+            pat.search(line)
+            assert time.perf_counter() - t < 0.5, (pat.pattern[:60], line[:12])

@@ -256,7 +256,7 @@ _RAY_TOP = re.compile(r"^(?:[A-Za-z_]\w*\.)*Ray\w*Error\(([A-Z]\w*)\):\s*ray::\S
 _VSCODE_TOP = re.compile(r"^Exception has occurred: ((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)\b")
 # an exception line another stream wrote into the middle of a traceback, glued to a frame's source line
 # ('    main(args)RuntimeError:  [!] NaN loss with decoder_loss.'): stderr and stdout interleaved in one capture
-_GLUED = re.compile(r"[)\]]((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)):\s+(\S.{0,400})$")
+_GLUED = re.compile(r"[)\]]((?:[A-Za-z_]\w{0,60}\.){0,8}[A-Z]\w{0,60}(?:Error|Exception)):\s+(\S.{0,400})$")
 _IPYTHON_TOP = re.compile(r"^\s*((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit))\s{2,}Traceback \(most recent call last\)")
 _CLASS_ALONE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Iteration|Quit|Failure|Warning)$")
 _FRAME = re.compile(r"^\s+|^\s*File \"|^\s*\^+\s*$|^During handling|^The above exception|^\s*$|^\s*\[Previous line repeated")

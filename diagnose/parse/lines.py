@@ -200,7 +200,7 @@ def _wrapped_pairs(s: str) -> dict[str, str]:
 # transformers utils/notebook.py NotebookProgressCallback.on_train_begin: column_names = [first_column] + ["Training
 # Loss"] (+ "Validation Loss"), first_column 'Step' or 'Epoch'; copied from a notebook the cells are set apart by
 # tabs, by ' | ' (a Markdown conversion) or by runs of spaces
-_NB_HEADER = re.compile(r"^\s*\|?\s*(?:Step|Epoch)(?:\t|\s*\|\s*|\s{2,})Training Loss\b")
+_NB_HEADER = re.compile(r"^\s*(?:\|\s*)?(?:Step|Epoch)(?:\t|\s*\|\s*|\s{2,})Training Loss\b")
 _NB_SPLIT = re.compile(r"\s*\|\s*|\t+|\s{2,}")
 # a row of a numeric CSV table: an integer, then three or more numbers or nan/inf ('209,nan,4.16,7.72,24.01': timm's
 # summary.csv, epoch,train_loss,eval_loss,eval_top1,eval_top5, pasted without its header)
