@@ -216,3 +216,22 @@ def test_transformers_notebook_table_pasted_from_colab_is_rows():
     assert analyze_run(run).primary.category == "nan"
     # the same words in prose start no table
     assert len(parse_text("Step  Training Loss went down\n1  2\n").steps) == 0
+
+
+def test_a_kl_printed_nan_beside_rows_that_log_no_kl_is_nan():
+    rows = "".join("{'loss': %.2f, 'learning_rate': 1e-05, 'epoch': 0.%d}\n" % (2 - i * 0.1, i) for i in range(1, 5))
+    d = analyze_run(parse_text("step 10 kl: nan\n" + rows))
+    assert d.features["nan_printed_unlogged"] is True and d.primary.category == "nan"
+    # rows that carry the kl themselves speak for it
+    with_kl = rows.replace("'epoch'", "'kl': 0.01, 'epoch'")
+    assert analyze_run(parse_text("step 10 kl: nan\n" + with_kl)).features["nan_printed_unlogged"] is False
+
+
+def test_a_learning_rate_decayed_past_any_use_is_named_from_the_rows():
+    rows = "".join(f"iter {i}: loss={2.0 - i * 0.1:.2f}, lr={lr}, time=0.5s\n"
+                   for i, lr in enumerate(["1e-4", "1e-60", "7.05e-111", "3e-140"]))
+    d = analyze_run(parse_text(rows))
+    assert d.primary.rule == "CFG029" and d.features["lr_vanished"] == pytest.approx(3e-140)
+    # a schedule ending at 0 (warm-up starts there, cosine ends there) is not this
+    ended = rows.replace("1e-60", "1e-6").replace("7.05e-111", "1e-7").replace("3e-140", "0.0")
+    assert analyze_run(parse_text(ended)).primary.rule != "CFG029"

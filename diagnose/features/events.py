@@ -239,12 +239,17 @@ def _crash_explain(ctx: Ctx):
          "cannot show it (a cut row, a trainer's own message after the table).", FAMILY)
 def _nan_after(ctx: Ctx):
     evs = _events(ctx, "nan_printed")
-    t = ctx.run.steps
-    if not evs or not len(t):
+    last = _last_row_line(ctx)
+    if not evs or last is None:
         return None
-    last = float(t["line"][-1])
     later = [e for e in evs if e.file in (None, ctx.run.line_file) and e.line > last]
     return (True, [_ref(later[0])]) if later else False
+
+
+def _last_row_line(ctx: Ctx) -> float | None:
+    """The line of the last step row (in the run's main capture), None without rows."""
+    t = ctx.run.steps
+    return float(t["line"][-1]) if len(t) else None
 
 
 _NAN_METRIC = (("grad_norm", ("grad norm", "grad_norm", "gradnorm", "gnorm")), ("kl", ("kl",)), ("reward", ("reward",)))
@@ -262,7 +267,10 @@ def _nan_unlogged(ctx: Ctx):
     for e in evs:
         low = e.text.lower()
         col = next((c for c, words in _NAN_METRIC if any(w in low for w in words)), "loss")
-        if not (t.has(col) and t.present(col).any()):
+        # loss and grad norm are columns of the rows; kl and rewards are metrics the rows may carry by name
+        logged = t.has(col) if col in ("loss", "grad_norm") else any(
+            col in k.split("/")[-1] for k in ctx.run.metric_ranges)
+        if not logged:
             return True, [_ref(e)]
     return False
 
@@ -276,11 +284,11 @@ _HANDLED_MEDIA = re.compile(r"(?i)\b(?:ignor(?:e|ed|ing)|skip(?:s|ped|ping)?|han
          "one: samples were dropped, the run did not stop.", FAMILY)
 def _media_skipped(ctx: Ctx):
     evs = _events(ctx, "broken_media")
-    t = ctx.run.steps
     if not evs:
         return None
     handled = all(_HANDLED_MEDIA.search(e.text) for e in evs)
-    later = bool(len(t)) and any(float(ln) > max(e.line for e in evs) for ln in t["line"][-1:])
+    last = _last_row_line(ctx)
+    later = last is not None and last > max(e.line for e in evs)
     return (handled and later), [_ref(evs[-1])]
 
 

@@ -371,9 +371,9 @@ class EventScanner:
             # multiprocessing's bootstrapping error, indented as in its source)
             empty = ev.detail.get("indented_message", not more) and ev.text.rstrip().endswith(":")
             indented = empty and line[:1] in (" ", "\t") and bool(line.strip()) and not _FRAME_AT.match(line)
-            if indented:
-                ev.detail["indented_message"] = True
             if lineno == last + 1 and len(more) < 3 and (indented or not _NOT_CONT.match(line)):
+                if indented:
+                    ev.detail["indented_message"] = True
                 more.append(line.strip()[:300])  # the message goes on: the terminal wrapped it
                 ev.detail["more"], self._cont = more, [ev, lineno]
                 return
