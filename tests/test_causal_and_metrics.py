@@ -317,3 +317,14 @@ subprocess.CalledProcessError: Command '['/env/bin/python', '-u', 'main.py', '--
     # the launcher's report alone still says a worker failed
     alone = analyze_run(parse_text(launcher))
     assert "CalledProcessError" in alone.features["crash_exception"]
+    # accelerate launch's simple_launcher reports the same way (read from the table's reports_worker entries)
+    accel = """Traceback (most recent call last):
+  File "/env/lib/python3.10/site-packages/accelerate/commands/launch.py", line 999, in simple_launcher
+    raise subprocess.CalledProcessError(returncode=process.returncode, cmd=cmd)
+subprocess.CalledProcessError: Command '['/env/bin/python', 'main.py']' returned non-zero exit status 1.
+"""
+    d = analyze_run(parse_text(worker + accel))
+    assert d.primary.category == "config" and "Unknown model" in d.features["crash_exception"]
+    # a CalledProcessError of the user's own subprocess call is not a launcher's report: it stays the crash
+    own = accel.replace("accelerate/commands/launch.py", "mypkg/tools.py")
+    assert "CalledProcessError" in analyze_run(parse_text(worker + own)).features["crash_exception"]

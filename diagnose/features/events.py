@@ -102,13 +102,13 @@ def _crash(ctx: Ctx):
     """The fatal exception as a typed object and what it means (parse.exceptions), once per run."""
     key = "crash_meaning"
     if key not in ctx.cache:
-        from diagnose.parse.exceptions import classify, typed_exception
+        from diagnose.parse.exceptions import classify, reports_worker, typed_exception
 
         evs = _events(ctx, "traceback")
         if evs:
             # a launcher's report of a failed worker (torchrun's ChildFailedError, torch.distributed.launch's
             # CalledProcessError) comes last; the worker's own exception before it says why
-            workers = [e for e in evs if not _launcher_report(typed_exception(e))]
+            workers = [e for e in evs if not reports_worker(typed_exception(e))]
             ev = workers[-1] if workers else evs[-1]
             exc = typed_exception(ev)
             got = classify(exc)
@@ -124,17 +124,6 @@ def _crash(ctx: Ctx):
         else:
             ctx.cache[key] = _logged_meaning(ctx) or _cut_lean(ctx)
     return ctx.cache[key]
-
-
-_LAUNCHER = re.compile(r"torch/distributed/(?:launch|run)\.py$|torch/distributed/launcher/|torch/distributed/elastic/|"
-                       r"deepspeed/launcher/|accelerate/commands/")
-
-
-def _launcher_report(exc) -> bool:
-    """A launcher's summary that a worker failed, not a worker's own exception."""
-    if exc.cls == "ChildFailedError":
-        return True
-    return exc.cls == "CalledProcessError" and bool(exc.module and _LAUNCHER.search(exc.module.replace("\\", "/")))
 
 
 def _logged_meaning(ctx: Ctx):

@@ -5,6 +5,9 @@ Contract:
   its message, the raising frame (the last `File "...", line N, in FUNC` before the exception line: its path and
   function), the chained exceptions before it (root cause first), the rank that printed it and every frame shown
   (`stack`: an entry's `via` is searched there - the DataLoader anywhere in the stack means the data pipeline).
+  An entry with `reports_worker: true` is a launcher's summary that a worker failed (torchrun's ChildFailedError,
+  the CalledProcessError of torch.distributed.launch / accelerate / DeepSpeed's launcher): `reports_worker(exc)`
+  says so, and the worker's own exception, earlier in the log, is the one to read.
   `typed_exception(event)` builds it from a `traceback` event of parse.events.
 - `MEANINGS`: the entries of `exceptions.yaml` (derived from the frameworks' sources: argument classes and
   validators -> config, datasets/pyarrow/json/media decoders -> data_loading, the allocator -> oom,
@@ -40,6 +43,7 @@ class Meaning:
     cases: dict[str, Any] = field(default_factory=dict)
     tier: str = ""  # '' (the table), 'shape' (a message's wording) or 'lean' (its class and frames): tried in that order
     via: re.Pattern[str] | None = None  # searched in every frame of the traceback ('FILE FUNC'), not only the raising one
+    reports_worker: bool = False  # a launcher's summary that a worker failed: the worker's own exception says why
 
     @property
     def shape(self) -> bool:
@@ -95,7 +99,7 @@ def load_meanings(path: Path | None = None) -> list[Meaning]:
             function=re.compile(e["function"]) if e.get("function") else None,
             message=re.compile(e["message"]) if e.get("message") else None,
             source=str(e.get("source", "")), cases=e.get("cases") or {}, tier=_tier(e),
-            via=re.compile(e["via"]) if e.get("via") else None))
+            via=re.compile(e["via"]) if e.get("via") else None, reports_worker=bool(e.get("reports_worker"))))
     return out
 
 
@@ -161,6 +165,12 @@ def classify(exc: TypedException) -> tuple[Meaning, TypedException] | None:
     return (m, exc) if m is not None else None
 
 
+def reports_worker(exc: TypedException) -> bool:
+    """A launcher's report that a worker failed, not a worker's own exception (the entry that explains it says so)."""
+    got = classify(exc)
+    return got is not None and got[0].reports_worker
+
+
 _TWICE = re.compile(r"^((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception))\1$")
 _EXC = re.compile(r"^([A-Za-z_][\w.]*)(?:\(([A-Z]\w*)\))?(?::\s?(.*))?$", re.S)
 
@@ -198,4 +208,4 @@ def typed_exception(event: Any) -> TypedException:
 
 
 __all__ = ["Meaning", "TypedException", "meanings", "load_meanings", "classify", "classify_one", "typed_exception",
-           "parse_exception_line"]
+           "parse_exception_line", "reports_worker"]
