@@ -129,6 +129,21 @@ def test_generic_rows_read_name_value_lists_split_by_commas():
     assert h.rows() == []
 
 
+def test_generic_rows_read_name_value_pairs_set_apart_by_spaces_or_tabs():
+    g = GenericRows()
+    for i in range(4):  # a custom loop's print(f"epoch {e} step {s} loss {l} lr {lr}") and tab-separated columns
+        assert g.feed(i + 1, f"epoch 1 step {i * 100} loss {2.5 - i * 0.1:.4f} lr 0.0001")
+        assert g.feed(10 + i, f"Train [{i * 50}/464]\tTime {0.73 + i * 0.01:.3f} ( 0.738)\tData  0.000 ( 0.014)\t"
+                              f"Loss {1.5 + i:.4e} (1.5406e+00)")
+    by_line = {ln: r.values for ln, r in g.rows()}
+    assert by_line[2]["step"] == 100 and by_line[2]["loss"] == pytest.approx(2.4)
+    assert by_line[11]["step_time_s"] == pytest.approx(0.74) and by_line[11]["loss"] == pytest.approx(2.5)
+    h = GenericRows()
+    for i in range(4):  # a sentence with numbers in it is not a step row
+        assert not h.feed(i + 1, f"Loaded {i} shards from 8 files in 3 seconds")
+    assert h.rows() == []
+
+
 def test_a_step_printed_as_a_block_under_its_header_is_one_row():
     # coqui-ai Trainer ConsoleLogger.print_train_step: a header naming the step, then one 'key: value (avg)' a line
     block = ["", "   --> STEP: {s}/352 -- GLOBAL_STEP: {g}", "     | > loss_0: {l:.5f}  (15.96176)",

@@ -234,6 +234,7 @@ _EVALISH = re.compile(r"(?i)\b(?:valid|validation|eval|evaluation|test|testing|v
 _PIPE_SPLIT = re.compile(r"\|")
 _COLUMNS = re.compile(r"\s{3,}")
 _LIST_SPLIT = re.compile(r",\s+|;\s*")  # ', ' and ';' - never the ',' inside '1,234'
+_NO_SPLIT = re.compile(r"(?!)")  # the whole line is one segment of one-word pairs
 # one-word `name value` pairs inside a list segment ('epoch 1 iter 300: loss nan'), groups as _PIPE_SEG's
 _WORD_PAIR = re.compile(r"(?<![\w.])([A-Za-z][A-Za-z_]{1,30}):?\s+(-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|-?inf)"
                         r"(?:/(\d+))?\s*(ms|s|MB|MiB|GB|GiB|%)?(?=\s|:|$)", re.IGNORECASE)
@@ -241,12 +242,13 @@ _WORD_PAIR = re.compile(r"(?<![\w.])([A-Za-z][A-Za-z_]{1,30}):?\s+(-?(?:\d+\.?\d
 
 def _pipe_pairs(line: str, split: re.Pattern[str] = _PIPE_SPLIT) -> dict[str, tuple[str, str | None]]:
     """`Epoch 0/1 | Batch 100/15582 | Train Loss 2.31 | Learning Rate 2e-08` (or `Epoch 1, Step 100, Loss 2.345`
-    with `split=_LIST_SPLIT`): the `name value` segments of a line split by '|' (or ', ' / ';'), custom trainers'
-    prints; a counter `a/b` named batch/step/iter is the step."""
+    with `split=_LIST_SPLIT`, `epoch 3 step 100 loss 2.31` with `split=_NO_SPLIT`): the `name value` segments of a
+    line split by '|' (or ', ' / ';', or not split), custom trainers' prints; a counter `a/b` named
+    batch/step/iter is the step."""
     kv: dict[str, tuple[str, str | None]] = {}
     for seg in split.split(line):
         m = _PIPE_SEG.match(seg)
-        found = [m] if m else list(_WORD_PAIR.finditer(seg)) if split is _LIST_SPLIT else []
+        found = [m] if m else list(_WORD_PAIR.finditer(seg)) if split is _LIST_SPLIT or split is _NO_SPLIT else []
         for m in found:  # 'epoch 1 iter 300: loss nan' holds several one-word pairs
             k = _norm_key(m.group(1))
             if k not in SYNONYMS and k.replace(" ", "_") in SYNONYMS:
@@ -324,6 +326,11 @@ class GenericRows:
         if len(kv) < _MIN_PAIRS and ("," in line or ";" in line):
             listed = _pipe_pairs(line, _LIST_SPLIT)
             kv = listed if len(listed) > len(kv) else kv
+        if len(kv) < _MIN_PAIRS and ("\t" in line or " " in line):
+            # one-word `name value` pairs set apart by spaces or tabs alone ('Epoch: [0][200/2081]\tTime 0.933s
+            # (1.003s)\tLoss 0.00129 (0.00550)', 'epoch 3 step 100 loss 2.31 lr 0.0001')
+            spaced = _pipe_pairs(line, _NO_SPLIT)
+            kv = spaced if len(spaced) > len(kv) else kv
         # two pairs are a row when one of them is a loss ('loss:2.979 lr:0.0002', 'Avg. Loss: 0.0139 time: 652.85'),
         # one when it is ('loss after forward pass = 1.44', printed each step): the rows must still repeat (rows())
         need = 1 if any(_lossy(k) for k in kv) else _MIN_PAIRS
