@@ -328,3 +328,17 @@ subprocess.CalledProcessError: Command '['/env/bin/python', 'main.py']' returned
     # a CalledProcessError of the user's own subprocess call is not a launcher's report: it stays the crash
     own = accel.replace("accelerate/commands/launch.py", "mypkg/tools.py")
     assert "CalledProcessError" in analyze_run(parse_text(worker + own)).features["crash_exception"]
+
+
+def test_a_frame_line_the_terminal_wrapped_is_read_whole():
+    # an 88-column terminal cut 'File "...", line 153, in convert_sharegpt' after 'line 15'; ranks prefix each line
+    text = """[rank0]:   File "/home/u/LLaMA-Factory/src/llamafactory/data/aligner.py", line 15
+3, in convert_sharegpt
+[rank0]:     {"role": tag_mapping[message[dataset_attr.role_tag]], "content": message[da
+taset_attr.content_tag]}
+[rank0]: KeyError: 'user'
+"""
+    d = analyze_run(parse_text(text))
+    assert "aligner.py, convert_sharegpt" in d.features["crash_exception"]
+    # a KeyError in a package's data/ converters is a record the code does not expect, not an argument
+    assert d.features["crash_category"] == "data_loading"

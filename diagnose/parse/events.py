@@ -313,6 +313,7 @@ class EventScanner:
         self._vscode: Event | None = None  # the exception VS Code's pane named; its frames follow, innermost first
         self._glued: tuple[int, str] | None = None  # an exception line glued to a source line of this traceback
         self._prev = ""  # the last non-blank line read
+        self._wrapped: tuple[int, str] | None = None  # a frame line the terminal cut at its width ('File "a.py", line 15')
 
     def _add(self, kind: str, lineno: int, text: str, detail: dict[str, Any] | None = None, fold_kind: bool = False) -> None:
         text = text.strip()[:500]
@@ -424,10 +425,17 @@ class EventScanner:
             self._tb_top, self._tb_class = line.strip(), None
             return
         fm = _FRAME_AT.match(line) or (_IPY_FRAME.match(line) if "File " in line else None)
+        at = lineno
+        if fm is None and self._wrapped is not None:
+            # the rest of a frame line the terminal wrapped ('...aligner.py", line 15' + '3, in convert_sharegpt')
+            w_line, w_text = self._wrapped
+            if lineno == w_line + 1 and len(w_text) + len(line) < 1000:
+                fm, at = _FRAME_AT.match(w_text + line.strip()), w_line
+        self._wrapped = (lineno, line.rstrip()) if fm is None and 'File "' in line and len(line) < 600 else None
         if fm:
             if not self._in_tb:  # a paste that starts inside a traceback: its frames count all the same
                 self._in_tb, self._tb_start, self._frames = True, lineno, []
-            self._frames.append({"file": fm.group(1), "line": int(fm.group(2)), "func": fm.group(3), "at": lineno})
+            self._frames.append({"file": fm.group(1), "line": int(fm.group(2)), "func": fm.group(3), "at": at})
             self._last_frame_line = lineno
             return
         if not self._in_tb:
