@@ -4,7 +4,7 @@ Contract: `strip_paste(line) -> (text, rank)` removes, in any order and repeated
 the wrappers users' tools and terminals put in front of a line: terminal control sequences
 (colours, and also window titles, OSC 52 clipboard writes, screen clears: a report never replays them),
 Markdown quotes (`> `), bold markers (`**`), log-viewer line numbers (`[1743] `,
-or `1743] ` when the selection began mid-prefix), container/collector timestamps
+or `1743] ` when the selection began mid-prefix), `cat -n`'s (`  5898<TAB>`), container/collector timestamps
 (`2024-01-14T17:41:37.636863045Z `, `2024-05-25 09:08:45,291 `, `18:11:06.680 `,
 `[2023-08-14 01:18:54,483] `, also followed by a colon), torchrun's `[rankN]:` tag and its `--tee` copy's
 `[defaultN]:` (a local rank) and the task number srun --label puts before them (`15: [rank15]:`) or before a
@@ -41,6 +41,9 @@ _WRAP = re.compile(
     r"|\*\*"  # bold
     r"|\[\d{1,7}\] "  # log viewer line number
     r"|\d{1,7}\] (?=\S)"  # ... its tail when the selection began mid-prefix
+    # `cat -n` / `nl` line numbers: right-aligned to six columns, then a tab ('  5898\t[rank4]: ...'); never before
+    # a digit, so a tab-separated table of numbers keeps its first column
+    r"|(?: {5}\d| {4}\d\d| {3}\d{3}| {2}\d{4}| \d{5}|\d{6})\t(?=\D)"
     r"|\[?\d{4}[-/]\d\d[-/]\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?Z?\]?:?\s+(?:\|\s*)?"  # date time (ISO, RFC3339, logging)
     r"|\d\d:\d\d:\d\d\.\d{3,9} (?=\S)"  # time-only collector stamp
     r"|\[(?:rank|RANK)\s*(\d+)\]:\s?"  # torchrun's rank tag
