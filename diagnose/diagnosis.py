@@ -233,7 +233,8 @@ def _only_warnings(run: Run) -> list:
 def _at_work(run: Run, feats: dict[str, Any]) -> str:
     """Signs in a text without step rows that the job is doing its work: finished preprocessing, Megatron's index
     maps built in a time DL008 does not call slow, only warnings that normal runs print, the fp16 loss scale
-    settling as it does at the start, evaluation rows, checkpoints saved ('' when there are none)."""
+    settling as it does at the start, the trainer's training-loop banner, evaluation rows, checkpoints saved ('' when
+    there are none)."""
     signs = []
     if feats.get("index_build_s") is not None:
         signs.append(f"the dataset index maps built, the longest in {feats['index_build_s']:.3g} s")
@@ -246,6 +247,8 @@ def _at_work(run: Run, feats: dict[str, Any]) -> str:
         signs.append("only notices that normal runs print: " + ", ".join(sorted(said)))
     if run.loss_scales and min(r["scale"] for r in run.loss_scales) > 128:
         signs.append("the fp16 loss scale coming down from its start, as it does in the first steps")
+    if run.loop_start_line is not None and not run.steps:
+        signs.append("the trainer's 'Running training' banner: the training loop began")
     if run.evals:
         signs.append(f"{len(run.evals)} evaluation row(s)")
     if run.checkpoints:

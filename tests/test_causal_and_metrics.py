@@ -342,3 +342,16 @@ taset_attr.content_tag]}
     assert "aligner.py, convert_sharegpt" in d.features["crash_exception"]
     # a KeyError in a package's data/ converters is a record the code does not expect, not an argument
     assert d.features["crash_category"] == "data_loading"
+
+
+def test_the_trainers_banner_pasted_alone_is_not_a_stopped_run():
+    banner = """[INFO|trainer.py:2405] 2025-03-06 12:04:09,913 >> ***** Running training *****
+[INFO|trainer.py:2406] 2025-03-06 12:04:09,913 >>   Num examples = 5,498
+[INFO|trainer.py:2407] 2025-03-06 12:04:09,914 >>   Num Epochs = 1
+[INFO|trainer.py:2413] 2025-03-06 12:04:09,914 >>   Total optimization steps = 196
+"""
+    d = analyze_run(parse_text(banner))
+    assert (d.primary.category, d.primary.confidence) == ("healthy", "weak") and "Running training" in d.primary.summary
+    # ms-swift's own start marker does make a capture: nothing after it is a run that stopped
+    start = "[INFO:swift] Start time of running main: 2025-03-06 12:00:00.000000\n" + banner
+    assert analyze_run(parse_text(start)).primary.category == "interrupted"

@@ -570,8 +570,13 @@ class InfoScanner:
         return True
 
     def _start(self, lineno: int, s: str, raw: str) -> bool:
-        self.run.recognized = self.run.recognized or "Start time of running main" in s
-        self.run.header_line = self.run.header_line or lineno
+        if "Start time of running main" in s:
+            self.run.recognized = True
+            self.run.header_line = self.run.header_line or lineno
+        else:
+            # transformers' '***** Running training *****' banner opens the training loop, not the run: users paste
+            # it alone to ask about its numbers, so it does not make the text a capture whose missing end means a stop
+            self.run.loop_start_line = self.run.loop_start_line or lineno
         return True
 
     def _checkpoint(self, lineno: int, s: str, raw: str) -> bool:
