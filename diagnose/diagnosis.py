@@ -214,7 +214,9 @@ _NOTICES = (("forked", "tokenizers turning its threads off in forked workers"),
             ("tried to get lr value", "the scheduler not stepped yet while the fp16 loss scale settles"),
             ("Grad strides", "DDP's grad-strides notice"),
             ("find_unused_parameters", "DDP's find_unused_parameters notice"),
-            ("Flash Attention", "transformers' Flash Attention dtype notice"))
+            ("Flash Attention", "transformers' Flash Attention dtype notice"),
+            ("autotuning", "torch.compile's autotuning dropping a kernel candidate"),
+            ("Ignoring this choice", "torch.compile's autotuning dropping a kernel candidate"))
 
 
 # a warning that speaks of one of the problems swiftdoc diagnoses is not read as ordinary output
