@@ -250,3 +250,16 @@ def test_a_learning_rate_decayed_past_any_use_is_named_from_the_rows():
     # a schedule ending at 0 (warm-up starts there, cosine ends there) is not this
     ended = rows.replace("1e-60", "1e-6").replace("7.05e-111", "1e-7").replace("3e-140", "0.0")
     assert analyze_run(parse_text(ended)).primary.rule != "CFG029"
+
+
+def test_generic_rows_take_their_step_from_counters_beside_unnamed_loss_terms():
+    # a GAN trainer's print: '[Epoch e/E] [Batch b/B] [G - gan1: x, rec: y] [D - real: z]' - no key names a loss
+    g = GenericRows()
+    for i in range(4):
+        assert g.feed(i + 1, f"[Epoch 11/11] [Batch {3811 + 10 * i}/3880] [G - gan1: {6.83 + i / 1000:.3f}, "
+                             f"rec: 0.151, kld: 0.0976] [D - real: 0.428, fake1: 0.016]")
+    by_line = {ln: r.values for ln, r in g.rows()}
+    assert by_line[2]["step"] == 3821
+    h = GenericRows()
+    for i in range(4):  # named numbers with no counter and no loss are not a step row
+        assert not h.feed(i + 1, f"[G - gan1: {6.83 + i / 1000:.3f}, rec: 0.151, kld: 0.0976]")

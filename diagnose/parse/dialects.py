@@ -237,7 +237,7 @@ _LIST_SPLIT = re.compile(r",\s+|;\s*")  # ', ' and ';' - never the ',' inside '1
 _NO_SPLIT = re.compile(r"(?!)")  # the whole line is one segment of one-word pairs
 # one-word `name value` pairs inside a list segment ('epoch 1 iter 300: loss nan'), groups as _PIPE_SEG's
 _WORD_PAIR = re.compile(r"(?<![\w.])([A-Za-z][A-Za-z_]{1,30}):?\s+(-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|-?inf)"
-                        r"(?:/(\d+))?\s*(ms|s|MB|MiB|GB|GiB|%)?(?=\s|:|$)", re.IGNORECASE)
+                        r"(?:/(\d+))?\s*(ms|s|MB|MiB|GB|GiB|%)?(?=[\s:\]),;|]|$)", re.IGNORECASE)
 
 
 def _pipe_pairs(line: str, split: re.Pattern[str] = _PIPE_SPLIT) -> dict[str, tuple[str, str | None]]:
@@ -339,7 +339,12 @@ class GenericRows:
                 self._vhead = (lineno, kv)  # perhaps the header of a step block ('--> STEP: 24/352 -- GLOBAL_STEP: 244300')
             return False
         if not any(k in SYNONYMS or _lossy(k) for k in kv):
-            return False
+            # named terms beside counters printed without a separator ('[Epoch 11/11] [Batch 3811/3880] [G - gan1:
+            # 6.830, rec: 0.151] [D - real: 0.428]', a GAN's loss terms): the counters name the step
+            counters = {k: v for k, v in _pipe_pairs(line, _NO_SPLIT).items() if k in SYNONYMS}
+            if not counters:
+                return False
+            kv = {**counters, **kv}
         self._store(lineno, kv, bool(_EVALISH.search(line)))
         return True
 
