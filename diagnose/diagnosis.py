@@ -250,7 +250,7 @@ def _at_work(run: Run, feats: dict[str, Any]) -> str:
     if run.loss_scales and min(r["scale"] for r in run.loss_scales) > 128:
         signs.append("the fp16 loss scale coming down from its start, as it does in the first steps")
     if run.loop_start_line is not None and not run.steps:
-        signs.append("the trainer's 'Running training' banner: the training loop began")
+        signs.append("the trainer's own line that the training loop began")
     if run.evals:
         signs.append(f"{len(run.evals)} evaluation row(s)")
     if run.checkpoints:

@@ -351,7 +351,7 @@ def test_the_trainers_banner_pasted_alone_is_not_a_stopped_run():
 [INFO|trainer.py:2413] 2025-03-06 12:04:09,914 >>   Total optimization steps = 196
 """
     d = analyze_run(parse_text(banner))
-    assert (d.primary.category, d.primary.confidence) == ("healthy", "weak") and "Running training" in d.primary.summary
+    assert (d.primary.category, d.primary.confidence) == ("healthy", "weak") and "training loop began" in d.primary.summary
     # ms-swift's own start marker does make a capture: nothing after it is a run that stopped
     start = "[INFO:swift] Start time of running main: 2025-03-06 12:00:00.000000\n" + banner
     assert analyze_run(parse_text(start)).primary.category == "interrupted"

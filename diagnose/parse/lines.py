@@ -200,6 +200,8 @@ def _wrapped_pairs(s: str) -> dict[str, str]:
 # transformers utils/notebook.py NotebookProgressCallback.on_train_begin: column_names = [first_column] + ["Training
 # Loss"] (+ "Validation Loss"), first_column 'Step' or 'Epoch'; copied from a notebook the cells are set apart by
 # tabs, by ' | ' (a Markdown conversion) or by runs of spaces
+# nnU-Net v2's epoch header: 'Current learning rate: 0.01' alone on its line (after its timestamp)
+_LR_LINE = re.compile(r"(?:^|: )Current learning rate: [\d.eE+-]+\s*$")
 _NB_HEADER = re.compile(r"^\s*(?:\|\s*)?(?:Step|Epoch)(?:\t|\s*\|\s*|\s{2,})Training Loss\b")
 _NB_SPLIT = re.compile(r"\s*\|\s*|\t+|\s{2,}")
 # a row of a numeric CSV table: an integer, then three or more numbers or nan/inf ('209,nan,4.16,7.72,24.01': timm's
@@ -255,7 +257,14 @@ RECOGNISERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     # huggingface.co/models =)'; Lightning fit_loop.py '`Trainer.fit` stopped: `max_steps=N` reached.' (max_epochs too)
     ("run_end", ("End time of running main", "Training completed. Do not forget to share your model",
                  "`Trainer.fit` stopped: `max_"), "_end"),
-    ("run_start", ("Start time of running main", "***** Running training *****"), "_start"),
+    ("run_start", ("Start time of running main",), "_start"),
+    # the trainers' own lines that open the training loop (not the run): transformers Trainer._inner_training_loop
+    # '***** Running training *****'; detectron2 engine/train_loop.py 'Starting training from iteration {}';
+    # ultralytics engine/trainer.py 'Starting training for {epochs} epochs...' ('... hours...' with time=);
+    # nnU-Net v2 nnUNetTrainer.on_train_epoch_start 'Current learning rate: {lr}' after 'Epoch {n}'; lerobot
+    # scripts/train.py 'Start offline training on a fixed dataset'
+    ("loop_start", ("***** Running training *****", "Starting training from iteration ", "Starting training for ",
+                    "Current learning rate: ", "Start offline training on a fixed dataset"), "_loop_start"),
     ("checkpoint", ("Saving model checkpoint to ", "last_model_checkpoint: "), "_checkpoint"),
     ("deepspeed_config", ("Using deepspeed: ",), "_deepspeed"),
     ("megatron_row", ("iteration",), "_megatron_line"),
@@ -570,13 +579,17 @@ class InfoScanner:
         return True
 
     def _start(self, lineno: int, s: str, raw: str) -> bool:
-        if "Start time of running main" in s:
-            self.run.recognized = True
-            self.run.header_line = self.run.header_line or lineno
-        else:
-            # transformers' '***** Running training *****' banner opens the training loop, not the run: users paste
-            # it alone to ask about its numbers, so it does not make the text a capture whose missing end means a stop
-            self.run.loop_start_line = self.run.loop_start_line or lineno
+        self.run.recognized = True
+        self.run.header_line = self.run.header_line or lineno
+        return True
+
+    def _loop_start(self, lineno: int, s: str, raw: str) -> bool:
+        """A trainer's line that opens the training loop: the job got that far.  It is not the start of the run
+        (users paste the banner alone to ask about its numbers), so it does not make the text a capture whose
+        missing end means a stop."""
+        if "Current learning rate: " in s and not _LR_LINE.search(s):
+            return False
+        self.run.loop_start_line = self.run.loop_start_line or lineno
         return True
 
     def _checkpoint(self, lineno: int, s: str, raw: str) -> bool:
