@@ -355,3 +355,16 @@ def test_the_trainers_banner_pasted_alone_is_not_a_stopped_run():
     # ms-swift's own start marker does make a capture: nothing after it is a run that stopped
     start = "[INFO:swift] Start time of running main: 2025-03-06 12:00:00.000000\n" + banner
     assert analyze_run(parse_text(start)).primary.category == "interrupted"
+
+
+def test_a_traceback_printed_as_a_list_of_lines_is_read():
+    # print(traceback.format_exception(...)): the list's items are the traceback's lines
+    text = ("WARNING:megatron.core.utils:'NoneType' object is not an iterator\n"
+            "['Traceback (most recent call last):\\n', '  File \"/w/swift/megatron/trainers/base.py\", line 1050, "
+            "in get_batch\\n    return self._prepare_batch(next(data_iterator), vp_stage)\\n', "
+            "\"TypeError: 'NoneType' object is not an iterator\\n\"]\n")
+    d = analyze_run(parse_text(text))
+    assert "TypeError: 'NoneType' object is not an iterator" in d.features["crash_exception"]
+    assert "get_batch" in d.features["crash_exception"]
+    # a list of other strings is not a traceback
+    assert analyze_run(parse_text("['a', 'b', 'c']\n")).features.get("crash_exception") is None

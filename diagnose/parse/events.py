@@ -289,6 +289,23 @@ def _work(d: dict[str, Any], line: int) -> dict[str, Any]:
             "pg": d.get("pg"), "line": line}
 
 
+_LISTED = re.compile(r"'(?:[^'\\\n]|\\.){0,4000}'|\"(?:[^\"\\\n]|\\.){0,4000}\"")
+
+
+def _listed_lines(line: str) -> list[str]:
+    """The text lines of a list of strings printed with repr() ("['a\\n', 'b\\n']"), a cut list's complete items."""
+    import ast
+
+    out: list[str] = []
+    for m in _LISTED.finditer(line[:200_000]):
+        try:
+            item = ast.literal_eval(m.group(0))
+        except (ValueError, SyntaxError):
+            continue
+        out.extend(x for x in str(item).split("\n") if x.strip())
+    return out
+
+
 class EventScanner:
     def __init__(self, file: str | None = None):
         self.file = file
@@ -341,6 +358,12 @@ class EventScanner:
 
     def feed(self, lineno: int, line: str, rank: int | None = None) -> None:
         """One text line (paste prefixes stripped); `rank`: the rank its `[rankN]:` tag named."""
+        if line.startswith(("['Traceback (most recent call last)", '["Traceback (most recent call last)')):
+            # a traceback printed as the list traceback.format_exception() returns ("['Traceback ...\\n', '  File
+            # ...\\n', "TypeError: ...\\n"]"): its lines are read as if printed
+            for sub in _listed_lines(line):
+                self.feed(lineno, sub, rank)
+            return
         self._rank = rank
         low = line.lower()
         if _PREFILTER.search(low):
