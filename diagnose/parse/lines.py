@@ -92,7 +92,7 @@ _TRAINER_HINTS = (
     ("llama-factory", ("llamafactory", "LLaMA-Factory", "llamafactory-cli", '"current_steps"')),
     ("deepspeed", ("[stage3.py", "deepspeed/", "DeepSpeed")),
     ("trl", ("/trl/", "GRPOTrainer", "DPOTrainer")),
-    ("hf-trainer", ("transformers/trainer.py", "***** train metrics *****", "***** Running training *****")),
+    ("hf-trainer", ("transformers/trainer.py", "train metrics *****", "Running training *****")),
 )
 
 
@@ -263,7 +263,7 @@ RECOGNISERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     # ultralytics engine/trainer.py 'Starting training for {epochs} epochs...' ('... hours...' with time=);
     # nnU-Net v2 nnUNetTrainer.on_train_epoch_start 'Current learning rate: {lr}' after 'Epoch {n}'; lerobot
     # scripts/train.py 'Start offline training on a fixed dataset'
-    ("loop_start", ("***** Running training *****", "Starting training from iteration ", "Starting training for ",
+    ("loop_start", ("Running training *****", "Starting training from iteration ", "Starting training for ",
                     "Current learning rate: ", "Start offline training on a fixed dataset"), "_loop_start"),
     ("checkpoint", ("Saving model checkpoint to ", "last_model_checkpoint: "), "_checkpoint"),
     ("deepspeed_config", ("Using deepspeed: ",), "_deepspeed"),
