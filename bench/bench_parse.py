@@ -10,7 +10,8 @@ fresh subprocess (so imports and peak RSS are counted honestly):
   on a 10,000-step log and on the big log;
 - `grep -c train_speed` on the big log as the machine's reference point.
 Targets (issue 2/3): big-log parse ≤ 1.5 s and ≤ 300 MB; parse 10k ≤ 0.5 s; analyze 10k ≤ 0.6 s; analyze 1M ≤ 3 s.
-Target (issue 8): `swiftdoc parse` of the big log, whole CLI, within 12x of `grep -c train_speed`, at most 300 MB.
+Target (issues 8, 17): `swiftdoc parse` of the big log, whole CLI, within 12x of `grep -c train_speed` (best of
+--repeat runs for both, each writing its output to a file, the log in page cache), at most 300 MB.
 """
 from __future__ import annotations
 
@@ -45,11 +46,17 @@ def _ensure(path: Path, steps: int, version: str = "3x") -> Path:
 
 
 def _wall(cmd: list[str], repeat: int) -> tuple[float, float]:
+    """Median and best wall time of `repeat` runs, stdout written to a file (GNU grep stops at the first match when
+    its output is /dev/null, so it must write its count somewhere real)."""
+    import tempfile
+
     times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=False)  # not DEVNULL: grep would stop early
-        times.append(time.perf_counter() - t)
+    with tempfile.TemporaryFile() as sink:
+        for _ in range(repeat):
+            sink.seek(0)
+            t = time.perf_counter()
+            subprocess.run(cmd, stdout=sink, stderr=subprocess.DEVNULL, check=False)
+            times.append(time.perf_counter() - t)
     return statistics.median(times), min(times)
 
 
@@ -62,8 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     small = _ensure(OUT / "small3x_10000.log", 10_000)
     small4 = _ensure(OUT / "small4x_10000.log", 10_000, "4x")
     print(f"big log: {big.stat().st_size / 1e6:.0f} MB, {a.steps_big} steps")
-    g, _ = _wall(["grep", "-c", "train_speed", str(big)], a.repeat)
-    print(f"reference  grep -c train_speed (big)            {g:7.3f} s")
+    g, g_best = _wall(["grep", "-c", "train_speed", str(big)], a.repeat)
+    print(f"reference  grep -c train_speed (big)            {g:7.3f} s  (best {g_best:.3f})")
     for label, env in (("2 cores", {}), ("1 core ", {"SWIFTDOC_JOBS": "1"})):
         runs = [subprocess.run([sys.executable, "-c", _INPROC, str(big)], capture_output=True, text=True,
                                env={**os.environ, **env}).stdout.split() for _ in range(a.repeat)]
@@ -76,10 +83,14 @@ def main(argv: list[str] | None = None) -> int:
     sd = [sys.executable, "-m", "diagnose"]
     for label, log in (("10k 3.x", small), ("10k 4.x", small4), ("big", big)):
         for cmd in ("parse", "analyze"):
-            med, best = _wall(sd + [cmd, str(log), "--format", "json"], a.repeat if label != "big" else max(1, a.repeat - 1))
+            big_parse = cmd == "parse" and label == "big"
+            med, best = _wall(sd + [cmd, str(log), "--format", "json"],
+                              a.repeat if label != "big" or big_parse else max(1, a.repeat - 1))
             print(f"swiftdoc {cmd:<8} {label:<8} (wall, median)        {med:7.3f} s  (best {best:.3f})")
-            if cmd == "parse" and label == "big":
-                print(f"  -> swiftdoc parse big / grep -c: {med / g:5.1f}x (target <= 12x); peak RSS {_peak_rss(sd + [cmd, str(log), '--format', 'json']):.0f} MB (target <= 300)")
+            if big_parse:  # issue 17's measure: best of the runs for both, grep writing its count to a file
+                print(f"  -> swiftdoc parse big / grep -c: {best / g_best:5.1f}x best of {a.repeat} (target <= 12x; "
+                      f"medians {med / g:.1f}x); peak RSS {_peak_rss(sd + [cmd, str(log), '--format', 'json']):.0f} MB "
+                      f"(target <= 300)")
     return 0
 
 

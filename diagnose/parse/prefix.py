@@ -36,7 +36,7 @@ def _has_control(line: str) -> bool:
 
 
 _WRAP = re.compile(
-    r"^(?:"
+    r"^(?!\{)(?:"  # no wrapper starts with '{': a step dict (most lines of a big log) fails at once
     r"\s{0,3}>\s?"  # markdown quote / Megatron's ' > '
     r"|\*\*"  # bold
     r"|\[\d{1,7}\] "  # log viewer line number
