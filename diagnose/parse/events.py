@@ -141,7 +141,8 @@ def _closing_detail(m: re.Match[str], line: str) -> dict[str, Any]:
 
 
 def _shards_detail(m: re.Match[str], line: str) -> dict[str, Any]:
-    return {"workers": int(m.group(1)), "n_shards": int(m.group(2))}
+    """(workers, what bounds them): a streaming dataset's shards, or the CPUs torch suggests workers be held to."""
+    return {"workers": int(m.group(1)), "n_shards": int(m.group(2))} if m.group(2) else {"workers": int(m.group(1))}
 
 
 def _index_detail(m: re.Match[str], line: str) -> dict[str, Any]:
