@@ -368,3 +368,15 @@ def test_a_traceback_printed_as_a_list_of_lines_is_read():
     assert "get_batch" in d.features["crash_exception"]
     # a list of other strings is not a traceback
     assert analyze_run(parse_text("['a', 'b', 'c']\n")).features.get("crash_exception") is None
+
+
+def test_a_traceback_cut_while_importing_leans_config():
+    text = """Traceback (most recent call last):
+  File "/home/u/diffusers/examples/dreambooth/train_dreambooth.py", line 19, in <module>
+    from torchvision import transforms
+"""
+    d = analyze_run(parse_text(text))
+    assert (d.features["crash_category"], d.primary.confidence) == ("config", "weak")
+    # cut on an ordinary call, it does not
+    other = text.replace("from torchvision import transforms", "main(args)")
+    assert analyze_run(parse_text(other)).features.get("crash_category") != "config"

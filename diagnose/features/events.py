@@ -157,7 +157,16 @@ def _cut_lean(ctx: Ctx):
         return None
     ev = cuts[-1]
     stack = tuple(ev.detail.get("stack") or ())
-    for fr in reversed(ev.detail.get("frames") or []):
+    frames = ev.detail.get("frames") or []
+    if frames and _IMPORT_STMT.match(str(frames[-1].get("code") or "")):
+        # the last frame was running an import: what follows is an ImportError/ModuleNotFoundError, or an error the
+        # imported module raised at import time - a package missing or of another version
+        probe = TypedException("", "", frames[-1].get("file"), frames[-1].get("func"), ev.line, stack=stack)
+        lean = Meaning(id="cut_in_import", category="config", confidence="weak",
+                       explain="the traceback is cut while a module was being imported: most often a package that "
+                               "is missing or of another version")
+        return probe, lean, probe, ev
+    for fr in reversed(frames):
         # the frame itself, then the function its source line was calling ('dataset = get_dataset(...)')
         funcs = [fr.get("func")] + _callees(fr.get("code") or "")
         for func in funcs:
@@ -178,6 +187,9 @@ def _cut_lean(ctx: Ctx):
                                    "pipeline (" + m.explain + ")")
             return probe, lean, probe, ev
     return None
+
+
+_IMPORT_STMT = re.compile(r"^(?:from\s+\.*[\w.]*\s+import\b|import\s+[\w.]+)")
 
 
 def _callees(code: str) -> list[str]:
