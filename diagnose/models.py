@@ -184,7 +184,7 @@ class Run(BaseModel):
     step_dialect: str | None = None  # the steps came from another trainer's lines (parse.dialects), or a tqdm bar
     total_lines: int = 0
     header_line: int | None = None  # first line that shows the start of the run (launch echo, start marker, args dump)
-    loop_start_line: int | None = None  # transformers' '***** Running training *****' banner: the training loop began
+    loop_start_line: int | None = None  # a trainer's own line that the training loop began ('***** Running training *****')
     ended: bool = False  # "End time of running main" seen / summary present
     end_line: int | None = Field(default=None, exclude=True)  # where the end showed (line of the capture that had it)
 

@@ -6,7 +6,7 @@ Contract:
   function), the chained exceptions before it (root cause first), the rank that printed it and every frame shown
   (`stack`: an entry's `via` is searched there - the DataLoader anywhere in the stack means the data pipeline).
   An entry with `reports_worker: true` is a launcher's summary that a worker failed (torchrun's ChildFailedError,
-  the CalledProcessError of torch.distributed.launch / accelerate / DeepSpeed's launcher): `reports_worker(exc)`
+  the CalledProcessError of torch.distributed.launch and accelerate launch): `reports_worker(exc)`
   says so, and the worker's own exception, earlier in the log, is the one to read.
   `typed_exception(event)` builds it from a `traceback` event of parse.events.
 - `MEANINGS`: the entries of `exceptions.yaml` (derived from the frameworks' sources: argument classes and
