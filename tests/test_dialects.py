@@ -263,3 +263,22 @@ def test_generic_rows_take_their_step_from_counters_beside_unnamed_loss_terms():
     h = GenericRows()
     for i in range(4):  # named numbers with no counter and no loss are not a step row
         assert not h.feed(i + 1, f"[G - gan1: {6.83 + i / 1000:.3f}, rec: 0.151, kld: 0.0976]")
+
+
+def test_a_stable_baselines3_logger_dump_is_one_row():
+    # stable-baselines3 common/logger.py HumanOutputFormat: a dashed rule, '| key | value |' under '| section/ |', a rule
+    def dump(t, loss):
+        return ["-" * 33, "| time/              |          |", f"|    total timesteps | {t:<8} |",
+                "|    fps             | 71       |", "| train/             |          |",
+                f"|    actor_loss      | {loss:<8} |", "|    critic_loss     | 2.08     |",
+                "|    ent_coef_loss   | -0.0491  |", "|    learning_rate   | 0.0003   |", "-" * 33]
+    g = GenericRows()
+    lines = dump(200, 7.2) + dump(400, 6.9) + dump(600, "nan")
+    for i, ln in enumerate(lines, 1):
+        assert g.feed(i, ln)
+    rows = [r.values for _, r in g.rows()]
+    assert [r["step"] for r in rows] == [200, 400, 600] and rows[0]["lr"] == pytest.approx(3e-4)
+    h = GenericRows()  # a Markdown table is not a dump
+    for i, ln in enumerate(["| model | acc |", "|---|---|", "| a | 1 |"], 1):
+        assert not h.feed(i, ln)
+    assert h.rows() == []

@@ -204,6 +204,7 @@ SYNONYMS: dict[str, tuple[str, str | None]] = {
     "mem_gib": ("mem_peak_gib", "GiB"), "memory_gb": ("mem_peak_gib", "GB"),
     "it": ("step", None), "iter": ("step", None), "step": ("step", None), "iteration": ("step", None),
     "global_step": ("step", None), "epoch": ("epoch", None), "num_updates": ("step", None),
+    "total_timesteps": ("step", None),  # stable-baselines3's 'time/total_timesteps' (env steps so far)
     "tps": ("tokens_per_s", "count"), "tokens/s": ("tokens_per_s", "count"), "tok/s": ("tokens_per_s", "count"),
     "tokens_per_sec": ("tokens_per_s", "count"), "tokens_per_second": ("tokens_per_s", "count"),
     "samples/s": ("samples_per_s", None), "samples/sec": ("samples_per_s", None),
@@ -235,6 +236,9 @@ _PIPE_SPLIT = re.compile(r"\|")
 _COLUMNS = re.compile(r"\s{3,}")
 _LIST_SPLIT = re.compile(r",\s+|;\s*")  # ', ' and ';' - never the ',' inside '1,234'
 _NO_SPLIT = re.compile(r"(?!)")  # the whole line is one segment of one-word pairs
+# stable-baselines3's logger dump: a rule of dashes, '| key | value |' lines (a section '| train/ |' has no value)
+_TABLE_RULE = re.compile(r"^-{20,200}\s*$")
+_TABLE_CELLS = re.compile(r"^\|\s{0,8}([A-Za-z][\w ./-]{0,60}?)\s*\|\s*(-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|-?inf)?\s*\|\s*$")
 # one-word `name value` pairs inside a list segment ('epoch 1 iter 300: loss nan'), groups as _PIPE_SEG's
 _WORD_PAIR = re.compile(r"(?<![\w.])([A-Za-z][A-Za-z_]{1,30}):?\s+(-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|-?inf)"
                         r"(?:/(\d+))?\s*(ms|s|MB|MiB|GB|GiB|%)?(?=[\s:\]),;|]|$)", re.IGNORECASE)
@@ -294,10 +298,15 @@ class GenericRows:
         self._evalish: set[int] = set()  # lines of the first rows of a key set that say valid/eval/test
         self._vhead: tuple[int, dict[str, tuple[str, str | None]]] | None = None  # a line naming a step, no row
         self._vblock: list | None = None  # [header line, last line, pairs, marker] of a step block being read
+        self._tblock: list | None = None  # [first line, last line, pairs] of a key/value table being read (sb3)
 
     def feed(self, lineno: int, line: str) -> bool:
         if len(line) > 4000:
             return False
+        if line[:1] in ("|", "-") and self._table_line(lineno, line):
+            return True
+        if self._tblock is not None:
+            self._tblock = None  # a table left open by anything else is no dump
         if self._vblock is not None and lineno != self._vblock[1] + 1:
             self._flush_block()
         vm = _VLINE.match(line) if ":" in line else None
@@ -373,6 +382,31 @@ class GenericRows:
         k = base if k not in SYNONYMS and base in SYNONYMS else k
         self._vblock[2].setdefault(k, (vm.group(3), None))
         self._vblock[1] = lineno
+        return True
+
+    def _table_line(self, lineno: int, line: str) -> bool:
+        """A dump of stable-baselines3's logger (common/logger.py HumanOutputFormat.write): a rule of dashes, then one
+        '| key | value |' line per value under '| section/ |' lines, then a rule of dashes: the dump is one row
+        (its keys without the section: 'actor_loss', 'learning_rate', 'total timesteps')."""
+        if _TABLE_RULE.match(line):
+            tb = self._tblock
+            if tb is not None and tb[2] and lineno == tb[1] + 1:
+                kv = tb[2]
+                if len(kv) >= _MIN_PAIRS and any(k in SYNONYMS or _lossy(k) for k in kv):
+                    self._store(tb[0], kv, False)
+                self._tblock = None
+                return True
+            self._tblock = [lineno, lineno, {}]
+            return True
+        tb = self._tblock
+        m = _TABLE_CELLS.match(line) if tb is not None and lineno == tb[1] + 1 else None
+        if m is None:
+            return False
+        tb[1] = lineno
+        key, value = _norm_key(m.group(1)), m.group(2)
+        if value and not key.endswith("/"):
+            key = key.replace(" ", "_") if key not in SYNONYMS and key.replace(" ", "_") in SYNONYMS else key
+            tb[2].setdefault(key, (value, None))
         return True
 
     def _flush_block(self) -> None:
