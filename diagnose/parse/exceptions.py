@@ -112,7 +112,7 @@ def meanings() -> list[Meaning]:
 
 def _matches(m: Meaning, exc: TypedException) -> bool:
     if exc.logged:  # its message read as an exception's, whatever class the entry names; never an entry without one
-        if m.message is None:
+        if m.message is None or m.reports_worker:  # nor a launcher's summary, whose message only qualifies its class
             return False
     elif m.exceptions and exc.cls not in m.exceptions:
         return False
