@@ -14,7 +14,7 @@ FAMILY = "events"
 KINDS = tuple(SIGNATURE_KINDS) + ("traceback", "traceback_cut", "nan")
 # kinds that say something stopped the run (the others are warnings, consequences or context)
 _NOT_STOPPING = {"nan", "allocator_flush", "cache_emptied", "traceback", "traceback_cut", "ddp_inactive", "closing_signal", "index_build",
-                 "shards_one", "dataloader_oversubscribed", "dns_fail", "argv_backslash", "nccl_info", "dataset_error",
+                 "shards_one", "dataloader_oversubscribed", "nccl_native_frame", "dns_fail", "argv_backslash", "nccl_info", "dataset_error",
                  "video_decode_fallback", "video_torchvision", "labels_masked", "gpu_unusable",
                  "logged_error", "samples_too_long", *ORDINARY_KINDS}  # broken_media stops a run: not in this set
 
