@@ -335,9 +335,10 @@ class GenericRows:
         if len(kv) < _MIN_PAIRS and ("," in line or ";" in line):
             listed = _pipe_pairs(line, _LIST_SPLIT)
             kv = listed if len(listed) > len(kv) else kv
-        if len(kv) < _MIN_PAIRS and ("\t" in line or " " in line):
+        if len(kv) < _MIN_PAIRS and ("loss" in low or "step" in low or "epoch" in low or "iter" in low):
             # one-word `name value` pairs set apart by spaces or tabs alone ('Epoch: [0][200/2081]\tTime 0.933s
-            # (1.003s)\tLoss 0.00129 (0.00550)', 'epoch 3 step 100 loss 2.31 lr 0.0001')
+            # (1.003s)\tLoss 0.00129 (0.00550)', 'epoch 3 step 100 loss 2.31 lr 0.0001'); only on a line that names a
+            # loss or a step, as such a row does (the word scan costs every ordinary line otherwise)
             spaced = _pipe_pairs(line, _NO_SPLIT)
             kv = spaced if len(spaced) > len(kv) else kv
         # two pairs are a row when one of them is a loss ('loss:2.979 lr:0.0002', 'Avg. Loss: 0.0139 time: 652.85'),
