@@ -380,3 +380,20 @@ def test_a_traceback_cut_while_importing_leans_config():
     # cut on an ordinary call, it does not
     other = text.replace("from torchvision import transforms", "main(args)")
     assert analyze_run(parse_text(other)).features.get("crash_category") != "config"
+
+
+# rich 15's traceback box (rich.traceback.install(), which accelerate runs whenever rich is importable), as printed
+# at COLUMNS=100 by a three-frame script
+_RICH_TB = '╭─────────────────────────────── Traceback (most recent call last) ────────────────────────────────╮\n│ /opt/proj/train.py:7 in <module>                                                                     │\n│                                                                                                  │\n│   4 │   raise ValueError("DeepSpeed Zero-3 is not compatible with `low_cpu_mem_usage=True` o     │\n│   5 def main():                                                                                  │\n│   6 │   load_model("/models/some/very/long/path/that/goes/on/and/on/Qwen-7B-Chat")               │\n│ ❱ 7 main()                                                                                       │\n│   8                                                                                              │\n│                                                                                                  │\n│ /opt/proj/train.py:6 in main                                                                         │\n│                                                                                                  │\n│   3 def load_model(path):                                                                        │\n│   4 │   raise ValueError("DeepSpeed Zero-3 is not compatible with `low_cpu_mem_usage=True` o     │\n│   5 def main():                                                                                  │\n│ ❱ 6 │   load_model("/models/some/very/long/path/that/goes/on/and/on/Qwen-7B-Chat")               │\n│   7 main()                                                                                       │\n│   8                                                                                              │\n│                                                                                                  │\n│ /opt/proj/train.py:4 in load_model                                                                   │\n│                                                                                                  │\n│   1 from rich.traceback import install                                                           │\n│   2 install(show_locals=False)                                                                   │\n│   3 def load_model(path):                                                                        │\n│ ❱ 4 │   raise ValueError("DeepSpeed Zero-3 is not compatible with `low_cpu_mem_usage=True` o     │\n│   5 def main():                                                                                  │\n│   6 │   load_model("/models/some/very/long/path/that/goes/on/and/on/Qwen-7B-Chat")               │\n│   7 main()                                                                                       │\n╰──────────────────────────────────────────────────────────────────────────────────────────────────╯\nValueError: DeepSpeed Zero-3 is not compatible with `low_cpu_mem_usage=True` or with passing a \n`device_map`.\n'
+
+
+def test_rich_traceback_boxes_are_read_as_frames():
+    from diagnose.parse.run import parse_text as parse
+
+    run = parse(_RICH_TB)
+    assert not [e for e in run.events if e.kind == "traceback_cut"]
+    tb = [e for e in run.events if e.kind == "traceback"][-1]
+    assert [f["func"] for f in tb.detail["frames"]][-2:] == ["main", "load_model"]
+    assert tb.detail["frames"][-1]["code"].startswith("raise ValueError(")
+    d = analyze_run(run)
+    assert "load_model" in d.features["crash_exception"] and d.features["crash_category"] == "config"

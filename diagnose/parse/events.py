@@ -290,6 +290,11 @@ def _work(d: dict[str, Any], line: int) -> dict[str, Any]:
             "pg": d.get("pg"), "line": line}
 
 
+# rich's traceback box (rich/traceback.py): '│ /path/file.py:123 in func │', its function alone on the next box line
+# when the path is long, and the current line marked '❱'
+_RICH_FRAME = re.compile(r"^│ (\S{1,400}?\.py):(\d{1,7}) in ?(\S{0,200}?)\s{0,400}│\s*$")
+_RICH_CELL = re.compile(r"^│ ([\w.<>]{1,200})\s{0,400}│\s*$")
+_RICH_CODE = re.compile(r"^│ ❱ ?\d{1,7} ?│?(.{0,400}?)\s{0,400}│\s*$")
 _LISTED = re.compile(r"'(?:[^'\\\n]|\\.){0,4000}'|\"(?:[^\"\\\n]|\\.){0,4000}\"")
 
 
@@ -448,6 +453,8 @@ class EventScanner:
             self._in_tb, self._tb_start, self._frames, self._tb_ignored = True, lineno, [], False
             self._tb_top, self._tb_class = line.strip(), None
             return
+        if line[:1] in ("│", "╰") and (self._in_tb or line.startswith("│ /")) and self._rich_box(lineno, line):
+            return
         fm = _FRAME_AT.match(line) or (_IPY_FRAME.match(line) if "File " in line else None)
         at = lineno
         if fm is None and self._wrapped is not None:
@@ -514,6 +521,23 @@ class EventScanner:
         self._add("traceback", lineno, line.strip(), detail)
         if _may_go_on(line) and self.events and self.events[-1].line == lineno:
             self._cont = [self.events[-1], lineno]
+
+    def _rich_box(self, lineno: int, line: str) -> bool:
+        """A line of rich's traceback box (rich.traceback, which accelerate installs whenever rich is importable):
+        '│ /path/file.py:123 in func │' is a frame (the function may wrap onto the next box line), '│ ❱ 123 │ code │'
+        its current line; the other box lines (context, blanks, the bottom border) are read past.  The exception line
+        follows the box."""
+        fm = _RICH_FRAME.match(line)
+        if fm:
+            if not self._in_tb:  # a paste that starts inside the box
+                self._in_tb, self._tb_start, self._frames = True, lineno, []
+            self._frames.append({"file": fm.group(1), "line": int(fm.group(2)), "func": fm.group(3) or "", "at": lineno})
+        elif self._frames and not self._frames[-1]["func"] and lineno == self._last_frame_line + 1 and _RICH_CELL.match(line):
+            self._frames[-1]["func"] = _RICH_CELL.match(line).group(1)  # the function, wrapped onto the next line
+        elif self._frames and (cm := _RICH_CODE.match(line)):
+            self._frames[-1]["code"] = re.sub(r"^[\s│]+", "", cm.group(1))[:200]
+        self._last_frame_line = lineno  # the box goes on: the traceback is not cut
+        return True
 
     def _cut(self) -> None:
         """A traceback whose exception line never came (the excerpt or the capture ends inside it)."""
