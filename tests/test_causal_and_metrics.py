@@ -397,3 +397,32 @@ def test_rich_traceback_boxes_are_read_as_frames():
     assert tb.detail["frames"][-1]["code"].startswith("raise ValueError(")
     d = analyze_run(run)
     assert "load_model" in d.features["crash_exception"] and d.features["crash_category"] == "config"
+
+
+def test_new_rules_fire_from_the_text_they_read_and_not_beside_it():
+    # NC021: UCX's segfault report with a backtrace inside NCCL; the same crash elsewhere stays GEN008
+    seg = ("[host:28401:0:28401] Caught signal 11 (Segmentation fault: address not mapped to object at address (nil))\n"
+           "==== backtrace (tid:  28401) ====\n 0 0x0000000000042520 __sigaction()  ???:0\n")
+    d = analyze_run(parse_text(seg + " 5 0x0000000000042990 ncclAllReduce()  ???:0\n"))
+    assert (d.primary.rule, d.primary.category) == ("NC021", "nccl")
+    assert analyze_run(parse_text(seg + " 5 0x0000000000042990 my_kernel_launch()  ???:0\n")).primary.rule == "GEN008"
+    # CFG032: an allocation no accelerator holds; an ordinary one stays OOM001
+    oom = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {} GiB. GPU 0 has a total capacity of "
+           "23.68 GiB of which 1.2 GiB is free.\n")
+    assert analyze_run(parse_text(oom.format("67109892.01"))).primary.rule == "CFG032"
+    assert analyze_run(parse_text(oom.format("2.50"))).primary.rule == "OOM001"
+    # DL030: torch's oversubscribed-workers warning, nothing logged, then Ctrl-C (the numbers in the evidence)
+    warn = ("/usr/lib/python3.7/site-packages/torch/utils/data/dataloader.py:481: UserWarning: This DataLoader will "
+            "create 30 worker processes in total. Our suggested max number of worker in current system is 2, which is "
+            "smaller than what this DataLoader is going to create.\n")
+    d = analyze_run(parse_text(warn + "^C\n"))
+    assert d.primary.rule == "DL030" and "30 workers" in next(f.evidence for f in d.findings if f.rule == "DL030")
+    assert analyze_run(parse_text("^C\n")).primary.rule != "DL030"
+
+
+def test_a_launchers_summary_entry_never_explains_a_logged_error():
+    from diagnose.parse.exceptions import TypedException, classify
+
+    # torchrun_child_failed_collective's message ('nccl|collective|...') only qualifies its class, ChildFailedError
+    got = classify(TypedException("ERROR", "the collective on rank 3 reported an nccl problem", logged=True))
+    assert got is None or not got[0].reports_worker

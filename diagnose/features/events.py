@@ -548,6 +548,18 @@ def _first_detail(ctx: Ctx, kind: str, key: str):
     return None
 
 
+@feature("dataloader_workers_created", "count", "DataLoader workers torch warned about as more than the CPUs allow "
+         "('This DataLoader will create N worker processes in total').", FAMILY)
+def _workers_created(ctx: Ctx):
+    return _first_detail(ctx, "dataloader_oversubscribed", "workers")
+
+
+@feature("dataloader_workers_suggested", "count", "The most DataLoader workers torch suggests for the CPUs this process "
+         "may use ('Our suggested max number of worker in current system is M').", FAMILY)
+def _workers_suggested(ctx: Ctx):
+    return _first_detail(ctx, "dataloader_oversubscribed", "suggested")
+
+
 @feature("streaming_shards", "count", "Shards of the streamed dataset, from datasets' 'Too many dataloader workers' warning.", FAMILY)
 def _shards(ctx: Ctx):
     return _first_detail(ctx, "shards_one", "n_shards")

@@ -141,8 +141,13 @@ def _closing_detail(m: re.Match[str], line: str) -> dict[str, Any]:
 
 
 def _shards_detail(m: re.Match[str], line: str) -> dict[str, Any]:
-    """(workers, what bounds them): a streaming dataset's shards, or the CPUs torch suggests workers be held to."""
-    return {"workers": int(m.group(1)), "n_shards": int(m.group(2))} if m.group(2) else {"workers": int(m.group(1))}
+    return {"workers": int(m.group(1)), "n_shards": int(m.group(2))}
+
+
+def _workers_detail(m: re.Match[str], line: str) -> dict[str, Any]:
+    """The DataLoader's workers and the most torch suggests for the CPUs this process may use (absent when torch
+    could not tell)."""
+    return {"workers": int(m.group(1)), **({"suggested": int(m.group(2))} if m.group(2) else {})}
 
 
 def _index_detail(m: re.Match[str], line: str) -> dict[str, Any]:
@@ -188,7 +193,7 @@ def _logged_detail(m: re.Match[str], line: str) -> dict[str, Any]:
 _DETAILS: dict[str, Any] = {
     "none": None, "oom": _oom_detail, "timeout": _timeout_detail, "signal": _signal_detail,
     "exitcode": _exitcode_detail, "stuck": _stuck_detail, "dist_timeout": _dist_timeout_detail,
-    "closing": _closing_detail, "shards": _shards_detail, "index_build": _index_detail,
+    "closing": _closing_detail, "shards": _shards_detail, "workers": _workers_detail, "index_build": _index_detail,
     "flushes": _flushes_detail, "config": None, "native": _native_detail,
     "logged": _logged_detail,
 }
