@@ -301,6 +301,33 @@ def _oom_cap(ctx: Ctx):
     return None
 
 
+@feature("oom_other_procs_frac", "", "Share of the GPU that other processes held when a CUDA OOM struck (torch lists each "
+         "'Process N has X GiB memory in use' beside this process's own).", FAMILY)
+def _oom_others(ctx: Ctx):
+    for e in _events(ctx, "cuda_oom"):
+        cap, others = e.detail.get("capacity_gib"), e.detail.get("others_gib")
+        if cap and others is not None:
+            return round(others / cap, 4), [_ref(e)]
+    return None
+
+
+@feature("oom_other_procs_gib", "GiB", "Memory other processes held on the GPU when a CUDA OOM struck.", FAMILY)
+def _oom_others_gib(ctx: Ctx):
+    for e in _events(ctx, "cuda_oom"):
+        if e.detail.get("others_gib") is not None:
+            return e.detail["others_gib"], [_ref(e)]
+    return None
+
+
+@feature("oom_self_gib", "GiB", "Memory the failing process itself held (torch's 'this process has X memory in use').",
+         FAMILY)
+def _oom_self(ctx: Ctx):
+    for e in _events(ctx, "cuda_oom"):
+        if e.detail.get("self_gib") is not None:
+            return e.detail["self_gib"], [_ref(e)]
+    return None
+
+
 @feature("oom_tried_gib", "GiB", "Allocation that failed in the first CUDA OOM ('Tried to allocate X').", FAMILY)
 def _oom_tried(ctx: Ctx):
     for e in _events(ctx, "cuda_oom"):

@@ -154,7 +154,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--note", default="")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
-    tr = record(a.seconds, a.interval, a.note)
+    try:
+        tr = record(a.seconds, a.interval, a.note)
+    except B.NvmlUnavailable as e:
+        print(f"error: {e.message}")
+        return 2
     with open(a.out, "w") as f:
         json.dump(tr, f, indent=1)
     print(f"{a.out}: {len(tr['frames'])} frames, {len(tr['devices'])} GPUs")

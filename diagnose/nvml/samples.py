@@ -15,8 +15,8 @@ Contract:
   (`SUMMARY_KEYS`); each is `None` when no sample carried it (never 0 for N/A).
   GPUs: `gpus`, else the job's GPUs recorded by attach (`gpus` mark), else all.
   The window is t0..t1 when given, else from the first `step` mark (training
-  began) to the end, else the span where a compute process or non-zero
-  utilisation was seen, else every sample.
+  began) to the end, else the span from the first non-zero utilisation (else
+  the first compute process) to the last sample with either, else every sample.
 - `find_samples_near(log_path, output_dir=None) -> Path | None`: auto-discovery
   of `swiftdoc-samples.jsonl` next to the log, in the output dir or its newest
   `v<N>-<date>/` run folder.
@@ -231,10 +231,15 @@ class SampleSet:
         if n and gpus:
             util = self.matrix("util_gpu_pct", gpus)
             procs = self.matrix("_procs", gpus)
-            act = (np.nan_to_num(util) > 0).any(axis=1) | (np.nan_to_num(procs) > 0).any(axis=1)
+            busy = (np.nan_to_num(util) > 0).any(axis=1)
+            act = busy | (np.nan_to_num(procs) > 0).any(axis=1)
             hit = np.flatnonzero(act)
             if hit.size:
-                return int(hit[0]), int(hit[-1]) + 1, "active"
+                # a job holds the GPU from its model load on, long before its first kernel of training (data
+                # preprocessing in between): the window starts at the first busy sample when there is one
+                first = np.flatnonzero(busy)
+                lo = int(first[0]) if first.size else int(hit[0])
+                return lo, int(hit[-1]) + 1, "active"
         return 0, n, "all"
 
     # ------------------------------------------------------------------ summary

@@ -53,6 +53,15 @@ def _oom_detail(m: re.Match[str], line: str) -> dict[str, Any]:
         f = re.search(_GIB + r" free", line)
         if f:
             d["free_gib"] = _gib(f.group(1), f.group(2))
+    # torch >= 2.1 lists the GPU's processes from NVML (c10/cuda/CUDACachingAllocator.cpp, reportProcessMemoryInfo):
+    # 'Process 853 has 136.79 GiB memory in use. Including non-PyTorch memory, this process has 2.94 GiB memory in use.'
+    others = re.findall(r"Process (\d+) has " + _GIB + r" memory in use", line)
+    if others:
+        d["others_gib"] = round(sum(_gib(v, u) for _, v, u in others), 4)
+        d["other_pids"] = [int(p) for p, _, _ in others]
+    own = re.search(r"this process has " + _GIB + r" memory in use", line)
+    if own:
+        d["self_gib"] = _gib(own.group(1), own.group(2))
     return d
 
 
