@@ -155,6 +155,12 @@ def build_diagnosis(findings: list[Finding], skipped: list[Skipped], features: F
         if known is not None:
             serious = [known] + [f for f in serious if f is not known]
             ranked = [known] + [f for f in ranked if f is not known]
+    if serious and serious[0].confidence == "weak":
+        # a weak lean (a cut traceback's frames) leads only where nothing surer says the same category
+        surer = next((f for f in serious[1:] if f.category == serious[0].category and f.confidence != "weak"), None)
+        if surer is not None:
+            serious = [surer] + [f for f in serious if f is not surer]
+            ranked = [surer] + [f for f in ranked if f is not surer]
     feats = features.values
     if serious:
         p = serious[0]
@@ -216,6 +222,9 @@ _NOTICES = (("forked", "tokenizers turning its threads off in forked workers"),
             ("find_unused_parameters", "DDP's find_unused_parameters notice"),
             ("Flash Attention", "transformers' Flash Attention dtype notice"),
             ("autotuning", "torch.compile's autotuning dropping a kernel candidate"),
+            ("were not used when initializing", "transformers' notice of checkpoint weights left unused"),
+            ("This IS expected if", "transformers' notice of checkpoint weights left unused"),
+            ("newly initialized", "transformers' notice of a newly initialized head"),
             ("Ignoring this choice", "torch.compile's autotuning dropping a kernel candidate"))
 
 

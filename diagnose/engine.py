@@ -224,7 +224,8 @@ def _evidence(rule: Rule, feats: dict[str, Any], assumed: set[str] | frozenset[s
     except (ValueError, KeyError, IndexError):
         return rule.evidence.replace("[[", "").replace("]]", "")
     text = text.replace("n/a%", "n/a").replace("n/a GiB", "n/a").replace("n/a s", "n/a")
-    return re.sub(r"\s*;\s*(?=;|$)", "", text).strip().rstrip(";,").strip()
+    # an optional part that came first and was left out leaves the next one's separator at the start
+    return re.sub(r"\s*;\s*(?=;|$)", "", text).strip().lstrip(";,").rstrip(";,").strip()
 
 
 def _resolve(rule: Rule, feats: dict[str, Any], assumed: set[str] | None = None) -> list[ResolvedRemedy]:

@@ -120,6 +120,14 @@ def _crash(ctx: Ctx):
                     m = lean[1]
                     m.confidence, m.explain = "probable", "raised where the other rank's copy of the traceback shows"
                     got = (m, exc)
+            elif got is not None and got[0].reports_worker:
+                # a launcher that prints the worker's traceback after its own (mp.spawn's ProcessRaisedException):
+                # the worker's copy, when cut, still says where it was raised
+                cuts = _events(ctx, "traceback_cut")
+                lean = _cut_lean(ctx) if cuts and cuts[-1].line > ev.line else None
+                if lean is not None:
+                    ctx.cache[key] = lean
+                    return lean
             ctx.cache[key] = (exc, got[0] if got else None, got[1] if got else None, ev)
         else:
             ctx.cache[key] = _logged_meaning(ctx) or _cut_lean(ctx)
@@ -150,7 +158,7 @@ def _logged_meaning(ctx: Ctx):
 def _cut_lean(ctx: Ctx):
     """A traceback cut before its exception line: the category its innermost frames lean to (a module-only entry of
     parse/exceptions.yaml), weak; None when no frame says anything."""
-    from diagnose.parse.exceptions import Meaning, TypedException, classify_one
+    from diagnose.parse.exceptions import Meaning, TypedException, classify, classify_one
 
     cuts = _events(ctx, "traceback_cut")
     if not cuts:
@@ -158,7 +166,21 @@ def _cut_lean(ctx: Ctx):
     ev = cuts[-1]
     stack = tuple(ev.detail.get("stack") or ())
     frames = ev.detail.get("frames") or []
-    if frames and _IMPORT_STMT.match(str(frames[-1].get("code") or "")):
+    last_code = str(frames[-1].get("code") or "") if frames else ""
+    raised = _RAISE_STMT.match(last_code)
+    if raised:
+        # cut at the raise statement itself ('raise RuntimeError(f" > Detected NaN'): the statement names the class
+        # and begins the message - read as that exception, one step less sure than the exception line would be
+        cls, msg = raised.group(1).rsplit(".", 1)[-1], raised.group(2) or ""
+        exc = TypedException(cls, msg.strip(), frames[-1].get("file"), frames[-1].get("func"), ev.line, stack=stack)
+        got = classify(exc)
+        if got is not None and not got[0].generic:
+            m = got[0]
+            lean = Meaning(id=m.id, category=m.category, confidence="weak" if m.confidence == "weak" else "probable",
+                           explain="the traceback is cut at the raise statement, which names what was raised: "
+                                   + m.explain)
+            return exc, lean, exc, ev
+    if frames and _IMPORT_STMT.match(last_code):
         # the last frame was running an import: what follows is an ImportError/ModuleNotFoundError, or an error the
         # imported module raised at import time - a package missing or of another version
         probe = TypedException("", "", frames[-1].get("file"), frames[-1].get("func"), ev.line, stack=stack)
@@ -176,6 +198,12 @@ def _cut_lean(ctx: Ctx):
                 lean = Meaning(id=m.id, category=m.category, confidence="weak",
                                explain="the traceback is cut before its exception line: only where it was raised is known")
                 return probe, lean, probe, ev
+    if frames and _NEXT_BATCH.search(last_code):
+        # cut while the training loop fetched its next batch ('for batch in train_dataloader:', 'next(self._iterator)')
+        probe = TypedException("", "", frames[-1].get("file"), frames[-1].get("func"), ev.line, stack=stack)
+        lean = Meaning(id="cut_fetching_batch", category="data_loading", confidence="weak",
+                       explain="the traceback is cut while the loop was fetching its next batch from the data loader")
+        return probe, lean, probe, ev
     # the DataLoader anywhere in the stack (a worker's exception re-raised by _process_data, a dataset being built):
     # the stack-wide shapes of the table, as for a whole traceback, weak
     if stack:
@@ -186,9 +214,28 @@ def _cut_lean(ctx: Ctx):
                            explain="the traceback is cut before its exception line; its stack runs through the data "
                                    "pipeline (" + m.explain + ")")
             return probe, lean, probe, ev
+    prep = [r for r in ctx.run.preprocess if isinstance(r.get("line"), int) and r["line"] < ev.line]
+    steps_before = len(ctx.run.steps) and bool((ctx.run.steps["line"] < ev.line).any())
+    # a row error the preprocessor reported and handled ('There are errors in the dataset, the data will be deleted':
+    # ms-swift logs the row's traceback and drops the row) is not a crash of the pass
+    handled = any(e.line <= ev.line for e in _events(ctx, "dataset_error"))
+    if prep and not steps_before and not handled and prep[-1].get("total") and 0 < prep[-1]["done"] < prep[-1]["total"]:
+        # nothing in the frames, but the text was in the middle of a preprocessing pass when the traceback began
+        r = prep[-1]
+        probe = TypedException("", "", None, None, ev.line, stack=stack)
+        lean = Meaning(id="cut_in_preprocessing", category="data_loading", confidence="weak",
+                       explain=f"the traceback is cut, and it began while the dataset was being preprocessed "
+                               f"({r.get('what') or 'a preprocessing pass'} at {r['done']}/{r['total']})")
+        return probe, lean, probe, ev
     return None
 
 
+# a frame's source line that is a raise statement: the class and the start of its message literal
+_RAISE_STMT = re.compile(r"^raise\s+([A-Za-z_][\w.]{0,80})\s*\(\s*(?:[rfbu]{0,2}[\"'](.{0,300}))?")
+# a frame's source line that takes the next batch from a data loader (iterating it, or next() on its iterator)
+_NEXT_BATCH = re.compile(r"^for\s+[^\n]{1,80}?\s+in\s+[^\n]{0,60}?(?:data_?loader|data_?iter|loader\b|batch(?:es)?_iter)"
+                         r"|^\w[\w.]{0,40}\s*=\s*next\(\s*[\w.]{0,40}(?:loader|iter)\w*\s*\)"
+                         r"|^return\s+next\(\s*self\._(?:iterator|data_iter|loader_iter)\s*\)", re.I)
 _IMPORT_STMT = re.compile(r"^(?:from\s+\.*[\w.]*\s+import\b|import\s+[\w.]+)")
 
 
