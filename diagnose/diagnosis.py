@@ -258,6 +258,8 @@ def _at_work(run: Run, feats: dict[str, Any]) -> str:
         signs.append("only notices that normal runs print: " + ", ".join(sorted(said)))
     if run.loss_scales and min(r["scale"] for r in run.loss_scales) > 128:
         signs.append("the fp16 loss scale coming down from its start, as it does in the first steps")
+    if run.model_loaded_line is not None and not run.steps and not run.events:
+        signs.append("the model's checkpoint shards loaded")
     if run.loop_start_line is not None and not run.steps:
         signs.append("the trainer's own line that the training loop began")
     if run.evals:

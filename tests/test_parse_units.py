@@ -302,3 +302,21 @@ def test_host_ram_in_use_is_read_from_deepspeeds_see_memory_usage_and_free():
     free = ("               total        used        free      shared  buff/cache   available\n"
             "Mem:           251Gi       240Gi       2.1Gi       1.0Gi         9Gi       5.0Gi\n")
     assert analyze_run(parse_text(free)).primary.rule == "OOM012"
+
+
+def test_a_finished_checkpoint_shards_bar_marks_the_model_loaded():
+    from diagnose.pipeline import analyze_run
+
+    done = "Loading checkpoint shards: 100%|██████████| 3/3 [00:01<00:00,  1.68it/s]\n"
+    part = "Loading checkpoint shards:  67%|██████▋   | 2/3 [00:01<00:00,  1.68it/s]\n"
+    head = "2025-06-22 11:25:46,469 - INFO - Loading model...\n"
+    run = parse_text(head + part + done + "2025-06-22 11:25:56,759 - INFO - Loading datasets...\n")
+    assert run.model_loaded_line == 3
+    assert parse_text(head + part).model_loaded_line is None
+    diag = analyze_run(run)
+    assert diag.primary.category == "healthy" and diag.primary.confidence == "weak"
+    assert "checkpoint shards loaded" in diag.primary.summary
+    # a crash after the load is still a crash
+    crashed = parse_text(head + done + "Traceback (most recent call last):\n  File \"t.py\", line 3, in <module>\n"
+                         "    main()\nValueError: bad value\n")
+    assert analyze_run(crashed).primary.category != "healthy"

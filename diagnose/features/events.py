@@ -441,6 +441,8 @@ def _sig(ctx: Ctx):
         if "received by PID" in e.text and any(f == e.file and ln < e.line for f, ln in closing):
             continue  # torchrun's table: a rank it stopped itself (its 'closing signal') after another rank failed
         name = e.detail.get("name") or {1: "SIGHUP", 2: "SIGINT", 9: "SIGKILL", 15: "SIGTERM"}.get(e.detail.get("signal"))
+        if name is None and "marked dead" in e.text:
+            name = "a node of the job lost (Ray marked it dead: missed heartbeats)"
         return (name or "signal"), [_ref(e)]
     # torchrun's agent stops its workers with SIGTERM after one failed (LocalElasticAgent._shutdown's default); it
     # sends any other signal only when it received that one itself (agent/server/api.py: 'Received %s death signal',
@@ -450,6 +452,15 @@ def _sig(ctx: Ctx):
         if name in ("SIGHUP", "SIGINT", "SIGQUIT", "SIGUSR1", "SIGUSR2"):
             return f"{name} (torchrun forwarded it to its workers)", [_ref(e)]
     return None
+
+
+@feature("stop_node_lost", "bool", "The stop was a node of the job going away (Ray's 'has been marked dead because the "
+         "detector has missed too many heartbeats'), not a signal to this process.", FAMILY)
+def _node_lost(ctx: Ctx):
+    sig = _sig(ctx)
+    if sig is None:
+        return None
+    return sig[0].startswith("a node of the job lost"), sig[1]
 
 
 @feature("run_ended", "bool", "The run finished: the final summary dict or 'End time of running main' was printed.", FAMILY)

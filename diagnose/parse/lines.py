@@ -933,6 +933,9 @@ class InfoScanner:
                 })
                 return True
             if _EVAL_BAR.match(desc) or _OTHER_BAR.match(desc):
+                if desc.startswith("Loading checkpoint shards") and total and done >= total:
+                    # transformers' modeling_utils bar over the safetensors shards, done: the model is loaded
+                    self.run.model_loaded_line = self.run.model_loaded_line or lineno
                 return True
             if unit is None:  # the paste cut the line inside the rate: progress without a speed
                 rate = None
