@@ -172,6 +172,7 @@ def _cut_lean(ctx: Ctx):
         # cut at the raise statement itself ('raise RuntimeError(f" > Detected NaN'): the statement names the class
         # and begins the message - read as that exception, one step less sure than the exception line would be
         cls, msg = raised.group(1).rsplit(".", 1)[-1], raised.group(2) or ""
+        msg = re.sub(r"[\"']\s*(?:[,%].*)?\)?\s*$", "", msg)  # the literal's closing quote and the call's tail
         exc = TypedException(cls, msg.strip(), frames[-1].get("file"), frames[-1].get("func"), ev.line, stack=stack)
         got = classify(exc)
         if got is not None and not got[0].generic:
