@@ -88,7 +88,7 @@ _JSON_KV = re.compile(r'^\s*"([^"]{1,80})":\s*(-?[\d.]+(?:[eE][-+]?\d+)?|NaN|-?I
 _PY_KV = re.compile(r"^\s*'([^']{1,80})':\s*(-?[\d.]+(?:[eE][-+]?\d+)?|nan|-?inf|None|True|False|'[^']*')\s*,?\s*$")
 _TRAINER_HINTS = (
     ("ms-swift", ("[INFO:swift]", "[WARNING:swift]", "/swift/", "swift.__version__", "swift sft", "swift rlhf", "swift pt ")),
-    ("megatron", ("megatron/", "megatron sft", "megatron rlhf", " iteration ", "Megatron")),
+    ("megatron", ("megatron/", "megatron sft", "megatron rlhf", "| consumed samples:", "Megatron")),  # Megatron training_log: ' iteration N/M | consumed samples:'
     ("llama-factory", ("llamafactory", "LLaMA-Factory", "llamafactory-cli", '"current_steps"')),
     ("deepspeed", ("[stage3.py", "deepspeed/", "DeepSpeed")),
     ("trl", ("/trl/", "GRPOTrainer", "DPOTrainer")),

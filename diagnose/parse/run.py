@@ -357,11 +357,15 @@ def _other_trainers_rows(run: Run, info: InfoScanner) -> StepsTable:
 
     train = [(ln, r) for ln, r in info.dialect_rows if r.kind == "train"]
     if train:
+        # a '<name>_cut' entry reads the same trainer's rows the paste cut short: one family with '<name>'
+        def family(name: str) -> str:
+            return name[:-4] if name.endswith("_cut") else name
+
         counts: dict[str, int] = {}
         for _, r in train:
-            counts[r.dialect] = counts.get(r.dialect, 0) + 1
+            counts[family(r.dialect)] = counts.get(family(r.dialect), 0) + 1
         best = max(counts, key=lambda k: counts[k])
-        rows = [(ln, r) for ln, r in train if r.dialect == best]
+        rows = [(ln, r) for ln, r in train if family(r.dialect) == best]
         run.step_dialect = f"{rows[0][1].trainer} ({best})"
         return table_from_rows(rows)
     generic = info.generic.rows()
