@@ -215,6 +215,16 @@ def _cut_lean(ctx: Ctx):
                            explain="the traceback is cut before its exception line; its stack runs through the data "
                                    "pipeline (" + m.explain + ")")
             return probe, lean, probe, ev
+    if frames:
+        last = frames[-1]
+        names = [str(last.get("func") or "")] + _callees(last_code)
+        if any(_COLLECTIVE_FN.match(n) for n in names if n):
+            # cut inside a collective (DeepSpeed's _broadcast_model, DDP's _sync_params_and_buffers, a barrier)
+            probe = TypedException("", "", last.get("file"), last.get("func"), ev.line, stack=stack)
+            lean = Meaning(id="cut_in_collective", category="nccl", confidence="weak",
+                           explain="the traceback is cut inside a collective (broadcast, all-reduce, barrier) between "
+                                   "the ranks")
+            return probe, lean, probe, ev
     prep = [r for r in ctx.run.preprocess if isinstance(r.get("line"), int) and r["line"] < ev.line]
     steps_before = len(ctx.run.steps) and bool((ctx.run.steps["line"] < ev.line).any())
     # a row error the preprocessor reported and handled ('There are errors in the dataset, the data will be deleted':
@@ -237,6 +247,10 @@ _RAISE_STMT = re.compile(r"^raise\s+([A-Za-z_][\w.]{0,80})\s*\(\s*(?:[rfbu]{0,2}
 _NEXT_BATCH = re.compile(r"^for\s+[^\n]{1,80}?\s+in\s+[^\n]{0,60}?(?:data_?loader|data_?iter|loader\b|batch(?:es)?_iter)"
                          r"|^\w[\w.]{0,40}\s*=\s*next\(\s*[\w.]{0,40}(?:loader|iter)\w*\s*\)"
                          r"|^return\s+next\(\s*self\._(?:iterator|data_iter|loader_iter)\s*\)", re.I)
+# the collectives and the helpers around them that frames run in when ranks exchange tensors
+_COLLECTIVE_FN = re.compile(r"^_?(?:broadcast\w*|all_?reduce\w*|all_?gather\w*|reduce_scatter\w*|barrier|monitored_barrier"
+                            r"|_broadcast_model|_sync_params(?:_and_buffers)?|_sync_module_states|sync_module_states"
+                            r"|_broadcast_coalesced|init_process_group|new_group)$")
 _IMPORT_STMT = re.compile(r"^(?:from\s+\.*[\w.]*\s+import\b|import\s+[\w.]+)")
 
 
