@@ -68,6 +68,8 @@ _PREPROCESS_BAR = re.compile(r"^(?:Map|Filter|Running tokenizer|Tokeniz|Generati
                              r"|Creating (?:dataset|data|json|parquet|csv|\w+ split)|Building (?:dataset|data|index|prompt)"
                              r"|Processing (?:dataset|data|samples?|examples?)|Reading (?:dataset|data|samples?|examples?)"
                              r"|Loading (?:dataset|data(?! ?loader))|Shuffling|Sorting (?:dataset|data|by length))", re.I)
+# a bar cut right after its percentage: '{desc}: {pct}%|' and the bar's blocks, nothing after
+_PCT_ONLY_BAR = re.compile(r"^(?P<desc>[A-Za-z][^|\r%]{0,120}?):?\s*(?P<pct>\d{1,3})%\|[^|]{0,200}$")
 # DeepSpeed ('Attempted loss scale: 8.0, reducing to 4.0', fused_optimizer 'Reducing dynamic loss scale from 8.0 to
 # 4.0'), apex ('Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 16384.0')
 # fairseq trainer.py: logger.info("NOTE: overflow detected, " + str(e)) with DynamicLossScaler's OverflowError("setting
@@ -944,6 +946,13 @@ class InfoScanner:
             columns = _table_row(self._table_header, body[: m.start("pct")]) if self._table_header else {}
             self._training_bar(lineno, done, total, rate, unit, desc, m.group("elapsed"), m.group("remaining"),
                                columns, body[m.end():])
+            return True
+        cut = _PCT_ONLY_BAR.match(s)
+        if cut and _PREPROCESS_BAR.match(cut.group("desc")):
+            # a preprocessing bar the paste cut after its percentage ('Running tokenizer on dataset (num_proc=64):
+            # 73%|█████'): how far the pass got, no counts
+            self.run.preprocess_cut = {"what": re.sub(r"\s*\(num_proc=\d+\)", "", cut.group("desc")),
+                                       "pct": int(cut.group("pct")), "line": lineno}
             return True
         return False
 
