@@ -320,3 +320,17 @@ def test_a_finished_checkpoint_shards_bar_marks_the_model_loaded():
     crashed = parse_text(head + done + "Traceback (most recent call last):\n  File \"t.py\", line 3, in <module>\n"
                          "    main()\nValueError: bad value\n")
     assert analyze_run(crashed).primary.category != "healthy"
+
+
+def test_a_frame_path_with_spaces_is_read():
+    # Windows installs under 'C:\Program Files\...': the path after 'File "' may hold spaces
+    text = ('Traceback (most recent call last):\n'
+            '  File ".\\main.py", line 143, in train\n'
+            '    for i, (images, target) in enumerate(train_loader):\n'
+            '  File "C:\\Program Files\\Anaconda3\\lib\\site-packages\\torch\\utils\\data\\dataloader.py", line 310, in __iter__\n'
+            '    return DataLoaderIter(self)\n'
+            "AttributeError: Can't pickle local object 'get_loader.<locals>.<lambda>'\n")
+    tb = next(e for e in parse_text(text).events if e.kind == "traceback")
+    files = [f["file"] for f in tb.detail["frames"]]
+    assert files[-1].endswith("torch\\utils\\data\\dataloader.py") and files[-1].startswith("C:\\Program Files")
+    assert tb.detail["frames"][-1]["func"] == "__iter__"

@@ -275,7 +275,8 @@ _GLUED = re.compile(r"[)\]]((?:[A-Za-z_]\w{0,60}\.){0,8}[A-Z]\w{0,60}(?:Error|Ex
 _IPYTHON_TOP = re.compile(r"^\s*((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit))\s{2,}Traceback \(most recent call last\)")
 _CLASS_ALONE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Iteration|Quit|Failure|Warning)$")
 _FRAME = re.compile(r"^\s+|^\s*File \"|^\s*\^+\s*$|^During handling|^The above exception|^\s*$|^\s*\[Previous line repeated")
-_FRAME_AT = re.compile(r'^\s*(?:File ")?([^"\s]*\.py|<[^>]+>)", line (\d+), in (\S+)')
+# a path after 'File "' may hold spaces ('C:\Program Files\Anaconda3\lib\...'); without the quote it may not
+_FRAME_AT = re.compile(r'^\s*(?:File ")?((?<=File ")[^"\n]{1,400}?\.py|[^"\s]*\.py|<[^>]+>)", line (\d+), in (\S+)')
 # a line that cannot continue an exception message wrapped by the terminal (rich's traceback wraps at the console
 # width): indented code, a new traceback or chain, another exception, a logger's or launcher's own line
 _NOT_CONT = re.compile(r"^\s|^Traceback|^During handling|^The above exception|^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit"
