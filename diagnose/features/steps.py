@@ -440,6 +440,17 @@ def _dts(ctx: Ctx):
     return min(1.0, sum(r["data_time_s"] for r in rows) / total), [worst["line"]]
 
 
+@feature("data_time_avg_share", "fraction",
+         "data_time ÷ iteration time from the running averages the last step row printed (pytorch/examples' "
+         "AverageMeter 'Time 0.427 (2.552)  Data 0.000 (2.167)': the averages cover every batch since the epoch "
+         "began, the stalls between two printed rows included).", FAMILY)
+def _dtas(ctx: Ctx):
+    a = ctx.run.data_time_avg
+    if not a or not a["time_s"] or a["time_s"] <= 0:
+        return None
+    return min(1.0, a["data_time_s"] / a["time_s"]), [a["line"]]
+
+
 @feature("profiler_data_wait_frac", "fraction",
          "Share of the training epoch Lightning's profiler measured in fetching the next batch: "
          "train_dataloader_next (get_train_batch before 1.6) total ÷ run_training_epoch total, else its percentage "

@@ -25,7 +25,7 @@ from pathlib import Path
 
 CANONICAL = ("step", "total", "epoch", "loss", "grad_norm", "lr", "step_time_s", "data_time_s", "mem_peak_gib",
              "mem_current_gib", "samples_per_s", "tokens_per_s", "tflops", "mfu_pct", "elapsed_s", "remaining_s",
-             "skipped_iters", "nan_iters", "loss_scale", "reward", "kl")
+             "skipped_iters", "nan_iters", "loss_scale", "reward", "kl", "step_time_avg_s", "data_time_avg_s")
 _GIB = 2.0 ** 30
 _TAB = r"(?:\t| {2,})"
 

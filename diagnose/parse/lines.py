@@ -663,6 +663,9 @@ class InfoScanner:
         more = {k: x for k, x in _NONFINITE_PAIR.findall(s) if k.lower() not in v} if hint else {}
         if more:  # the row's other metrics, whatever the dialect maps ('decode.loss_seg: nan')
             self.note_nonfinite(lineno, {f"eval {k}": x for k, x in more.items()} if row.kind == "eval" else more)
+        if row.kind == "train" and v.get("step_time_avg_s") and v.get("data_time_avg_s") is not None:
+            # AverageMeter's running averages since the epoch began: the last row's cover every batch, printed or not
+            self.run.data_time_avg = {"line": lineno, "time_s": v["step_time_avg_s"], "data_time_s": v["data_time_avg_s"]}
         if row.kind == "train" and v.get("step_time_s") and v.get("data_time_s") is not None:
             self.run.iter_times.append({"line": lineno, "time_s": v["step_time_s"], "data_time_s": v["data_time_s"]})
         return True
