@@ -185,6 +185,7 @@ class Run(BaseModel):
     total_lines: int = 0
     header_line: int | None = None  # first line that shows the start of the run (launch echo, start marker, args dump)
     loop_start_line: int | None = None  # a trainer's own line that the training loop began ('***** Running training *****')
+    lr_announced: list[dict[str, Any]] = Field(default_factory=list)  # 'Updating learning rate to X' / torch's 'Adjusting learning rate of group 0 to X.'
     data_time_avg: dict[str, Any] | None = None  # the last running averages of iteration and data time (AverageMeter rows)
     preprocess_cut: dict[str, Any] | None = None  # the last preprocessing bar the paste cut after its percentage
     model_loaded_line: int | None = None  # transformers' 'Loading checkpoint shards' bar at 100%: the model is in memory

@@ -21,7 +21,7 @@ def _get(info: InfoScanner, path: str):
         obj = info.map_rates[-1] if info.map_rates else None
     elif head in ("step_dicts", "checkpoints", "megatron_rows", "dialect_rows"):
         return len(getattr(info, head))
-    elif head in ("evals", "timers", "iter_times", "loss_scales", "profiler_actions"):
+    elif head in ("evals", "timers", "iter_times", "loss_scales", "profiler_actions", "lr_announced"):
         return len(getattr(info.run, head))
     else:
         obj = getattr(info.run, head)

@@ -334,3 +334,12 @@ def test_a_frame_path_with_spaces_is_read():
     files = [f["file"] for f in tb.detail["frames"]]
     assert files[-1].endswith("torch\\utils\\data\\dataloader.py") and files[-1].startswith("C:\\Program Files")
     assert tb.detail["frames"][-1]["func"] == "__iter__"
+
+
+def test_a_loss_whose_running_average_is_inf_is_a_nonfinite_metric_a_grad_norm_is_not():
+    row = ("I20250104 12:12:42 90 dinov2 helpers.py:102] Training  [ 1250/2500000]  eta: 40 days, 13:22:08  "
+           "lr: 0.0006 (0.0003)  total_loss: 6.7223 (inf)  koleo_loss: 0.0315 (inf)\n")
+    run = parse_text(row * 3)
+    assert "total_loss (running average)" in run.nonfinite
+    amp = "Epoch: [0]  [ 100/2000]  lr: 0.0001  loss: 2.1 (2.3)  grad_norm: 3.2 (inf)  time: 0.8\n"
+    assert not any("grad_norm" in k for k in parse_text(amp * 3).nonfinite)

@@ -382,14 +382,16 @@ def _grise(ctx: Ctx):
 @feature("lr_vanished", "lr",
          "The smallest learning rate the rows print when it is above 0 and below 1e-20: a schedule decayed past any "
          "use (an exponential decay run far past its steps, a scheduler stepped per batch where it was meant per "
-         "epoch); 0 itself is not read (warm-up starts there, schedules end there).", FAMILY)
+         "epoch); 0 itself is not read (warm-up starts there, schedules end there). Also the rate a schedule says it "
+         "set ('Adjusting learning rate of group 0 to X.', 'Updating learning rate to X').", FAMILY)
 def _lrv(ctx: Ctx):
     f, fl = _finite(ctx, "learning_rate")
-    pos = f > 0
-    if not pos.any():
+    said = [(r["lr"], r["line"]) for r in ctx.run.lr_announced if r["lr"] > 0]  # the schedule's own 'lr set to X'
+    vals = [(float(v), int(ln)) for v, ln in zip(f, fl) if v > 0] + said
+    if not vals:
         return None
-    i = int(np.argmin(np.where(pos, f, np.inf)))
-    return (float(f[i]), [int(fl[i])]) if f[i] < 1e-20 else None
+    v, ln = min(vals)
+    return (v, [ln]) if v < 1e-20 else None
 
 
 @feature("token_acc_first", "fraction", "First logged training token accuracy.", FAMILY)

@@ -68,6 +68,8 @@ _PREPROCESS_BAR = re.compile(r"^(?:Map|Filter|Running tokenizer|Tokeniz|Generati
                              r"|Creating (?:dataset|data|json|parquet|csv|\w+ split)|Building (?:dataset|data|index|prompt)"
                              r"|Processing (?:dataset|data|samples?|examples?)|Reading (?:dataset|data|samples?|examples?)"
                              r"|Loading (?:dataset|data(?! ?loader))|Shuffling|Sorting (?:dataset|data|by length))", re.I)
+_LR_ANNOUNCE = re.compile(r"(?:Adjusting learning rate of group \d+ to|Updating learning rate to|[Ll]earning rate "
+                          r"(?:set|decayed) to)\s*([0-9]+(?:\.[0-9]*)?(?:[eE][-+]?\d+)?)")
 # a bar cut right after its percentage: '{desc}: {pct}%|' and the bar's blocks, nothing after
 _PCT_ONLY_BAR = re.compile(r"^(?P<desc>[A-Za-z][^|\r%]{0,120}?):?\s*(?P<pct>\d{1,3})%\|[^|]{0,200}$")
 # DeepSpeed ('Attempted loss scale: 8.0, reducing to 4.0', fused_optimizer 'Reducing dynamic loss scale from 8.0 to
@@ -227,6 +229,9 @@ _NUM_TOKEN = re.compile(r"^[-+]?(?:\d[\d,:]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?%?$")
 
 # 'key: nan' / 'key=inf' anywhere in a row (a metric no dialect field takes)
 _NONFINITE_PAIR = re.compile(r"([A-Za-z_][\w./-]{0,60})\s*[:=]\s*(nan|-?inf)\b")
+# a running average printed nan/inf beside a finite current value (torchvision-style MetricLogger / SmoothedValue
+# '{median:.4f} ({global_avg:.4f})', AverageMeter '{val} ({avg})': 'total_loss: 6.7223 (inf)'): a step before was
+_NONFINITE_AVG = re.compile(r"([A-Za-z_][\w./-]{0,60})\s*[:=]?\s+-?[\d.]+(?:e[-+]?\d+)?\s+\((nan|-?inf)\)")
 
 
 def _dialect_needles() -> tuple[str, ...]:
@@ -267,6 +272,11 @@ RECOGNISERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     # scripts/train.py 'Start offline training on a fixed dataset'
     ("loop_start", ("Running training *****", "Starting training from iteration ", "Starting training for ",
                     "Current learning rate: ", "Start offline training on a fixed dataset"), "_loop_start"),
+    # a schedule announcing the learning rate it set: torch/optim/lr_scheduler.py print_lr with verbose=True
+    # ('Adjusting learning rate of group 0 to 1.0000e-03.'), training scripts' adjust_learning_rate ('Updating
+    # learning rate to 1.68e-24', Time-Series-Library utils/tools.py); read, never claimed (the line goes on)
+    ("lr_announce", ("Adjusting learning rate of group", "Updating learning rate to", "learning rate set to",
+                     "learning rate decayed to"), "_lr_announce"),
     ("checkpoint", ("Saving model checkpoint to ", "last_model_checkpoint: "), "_checkpoint"),
     ("deepspeed_config", ("Using deepspeed: ",), "_deepspeed"),
     ("megatron_row", ("iteration",), "_megatron_line"),
@@ -362,6 +372,11 @@ class InfoScanner:
             for name, needles in _TRAINER_HINTS:
                 if any(n in s for n in needles):
                     self.trainer_hints[name] = self.trainer_hints.get(name, 0) + 1
+        if "(inf)" in s or "(nan)" in s or "(-inf)" in s:
+            # a loss only: a grad norm's average goes inf under fp16 loss scaling (skipped steps), which is normal
+            avg = {f"{k} (running average)": x for k, x in _NONFINITE_AVG.findall(s) if "loss" in k.lower()}
+            if avg:
+                self.note_nonfinite(lineno, avg)
         # one pass over every recogniser's needles (a trie, parse.needles) before asking each of them
         if _ANY_NEEDLE.search(s) or (raw is not s and _ANY_NEEDLE.search(raw)):
             for _name, needles, handler in RECOGNISERS:
@@ -642,6 +657,14 @@ class InfoScanner:
             v = to_number(p.group(1))
             if isinstance(v, float) and 0 < v < 1:
                 self.run.loss_scales.append({"line": lineno, "scale": v})
+        return False
+
+    def _lr_announce(self, lineno: int, s: str, raw: str) -> bool:
+        m = _LR_ANNOUNCE.search(s)
+        if m:
+            v = to_number(m.group(1))
+            if isinstance(v, (int, float)):
+                self.run.lr_announced.append({"line": lineno, "lr": float(v)})
         return False
 
     def _dialect(self, lineno: int, s: str, raw: str) -> bool:
