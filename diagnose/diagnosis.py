@@ -186,7 +186,8 @@ def build_diagnosis(findings: list[Finding], skipped: list[Skipped], features: F
                           summary=f"Only warnings in the text ({len(warned)}), and a warning does not stop a run: "
                                   + re.sub(r"^.*?(\w*Warning: )", r"\1", warned[0].text.strip())[:140],
                           missing="no training step rows and no error: whether the run trains well is not in the text")
-    elif (prep := _preprocessing_unfinished(run)):
+    elif not len(run.steps) and not run.events and (prep := run.unfinished_preprocess()):
+        # the last thing the text shows is a preprocessing pass that had not finished, and nothing else
         primary = Primary(category="data_loading", rule=None, severity="info", confidence="weak",
                           summary=f"The text ends inside dataset preprocessing ({prep}) and shows nothing after it: "
                                   "a run that stops or waits here is held by its data preparation.",
@@ -245,20 +246,6 @@ def _only_warnings(run: Run) -> list:
     if not warned or not all(e.kind in ORDINARY_KINDS for e in run.events):
         return []
     return [] if any(_TROUBLE.search(e.text) for e in warned) else warned
-
-
-def _preprocessing_unfinished(run: Run) -> str:
-    """The last thing the text shows is a preprocessing pass that had not finished (a bar with counts, or one cut after
-    its percentage) and no step, event or later bar: '' otherwise."""
-    if len(run.steps) or run.events:
-        return ""
-    last = run.preprocess[-1] if run.preprocess else None
-    cut = run.preprocess_cut
-    if cut and (last is None or cut["line"] > last.get("line", 0)) and cut["pct"] < 100:
-        return f"{cut['what']} at {cut['pct']}%"
-    if last and last.get("total") and last["done"] < last["total"]:
-        return f"{last.get('what') or 'a pass'} at {last['done']}/{last['total']}"
-    return ""
 
 
 def _at_work(run: Run, feats: dict[str, Any]) -> str:

@@ -192,6 +192,19 @@ class Run(BaseModel):
     ended: bool = False  # "End time of running main" seen / summary present
     end_line: int | None = Field(default=None, exclude=True)  # where the end showed (line of the capture that had it)
 
+    def unfinished_preprocess(self, before: int | None = None, started: bool = False) -> str:
+        """The last preprocessing pass the text shows (before line `before`), when it had not finished: 'WHAT at
+        done/total' from a bar with counts, 'WHAT at N%' from one cut after its percentage; '' otherwise.
+        `started`: only a pass that had done something (one at 0 is a stall, DL011's)."""
+        counted = [r for r in self.preprocess if before is None or (isinstance(r.get("line"), int) and r["line"] < before)]
+        last = counted[-1] if counted else None
+        cut = self.preprocess_cut
+        if cut and (before is None or cut["line"] < before) and (last is None or cut["line"] > last.get("line", 0)):
+            return f"{cut['what']} at {cut['pct']}%" if (0 if started else -1) < cut["pct"] < 100 else ""
+        if last and last.get("total") and (0 if started else -1) < last["done"] < last["total"]:
+            return f"{last.get('what') or 'a preprocessing pass'} at {last['done']}/{last['total']}"
+        return ""
+
     @property
     def max_steps(self) -> int | None:
         ms = self.steps["max_steps"]

@@ -426,3 +426,54 @@ def test_a_launchers_summary_entry_never_explains_a_logged_error():
     # torchrun_child_failed_collective's message ('nccl|collective|...') only qualifies its class, ChildFailedError
     got = classify(TypedException("ERROR", "the collective on rank 3 reported an nccl problem", logged=True))
     assert got is None or not got[0].reports_worker
+
+
+def _rules(text: str) -> set[str]:
+    return {f.rule for f in analyze_run(parse_text(text)).findings}
+
+
+def test_rules_of_session_12_fire_from_the_text_they_read_and_not_beside_it():
+    # OOM013: torch names another process holding most of the card; a small neighbour leaves OOM001 to speak
+    oom = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 52.00 MiB. GPU 0 has a total capacity of "
+           "139.80 GiB of which 53.56 MiB is free. Process 853 has {} GiB memory in use. Including non-PyTorch memory, "
+           "this process has 2.94 GiB memory in use.\n")
+    assert analyze_run(parse_text(oom.format("136.79"))).primary.rule == "OOM013"
+    assert analyze_run(parse_text(oom.format("4.00"))).primary.rule == "OOM001"
+    # CFG033: Hydra's composition error; Hydra's hint line alone is not one
+    hint = "Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.\n"
+    assert "CFG033" in _rules("In 'train': Could not find 'model/small'\n\n" + hint)
+    assert "CFG033" not in _rules(hint)
+    # CFG034: ranks' interleaved 'no NCCL' lines; the traceback's own exception line is CFG020's, not a second reading
+    assert "CFG034" in _rules("raise RuntimeError(...)RuntimeError\nDistributed package doesn't have NCCL built in\n")
+    tb = ("Traceback (most recent call last):\n  File \"/env/torch/distributed/distributed_c10d.py\", line 1013, in "
+          "_new_process_group_helper\n    raise RuntimeError(\"Distributed package doesn't have NCCL built in\")\n"
+          "RuntimeError: Distributed package doesn't have NCCL built in\n")
+    assert "CFG034" not in _rules(tb) and "CFG020" in _rules(tb)
+    # DL031: a segment gone (ENOENT); the descriptor limit (EMFILE) is not it
+    shm = "RuntimeError: unable to open shared memory object </torch_310_36_102> in read-write mode: {}\n"
+    assert "DL031" in _rules(shm.format("No such file or directory (2)"))
+    assert "DL031" not in _rules(shm.format("Too many open files (24)"))
+    # INT001 for a lost Ray node: its advice is the node, not nohup
+    ray = ("WARNING worker.py:1462 -- The node with node id: 8f205b and ip: 10.128.0.103 has been marked dead because "
+           "the detector has missed too many heartbeats from it.\n")
+    f = next(f for f in analyze_run(parse_text(ray)).findings if f.rule == "INT001")
+    assert [r.title for r in f.remedies if "node" in r.title] and not [r for r in f.remedies if "terminal" in r.title]
+    # CFG022 for a build without this GPU's code, and NCCL's failure on an old driver steps back to it
+    assert "CFG022" in _rules("RuntimeError: HIP error: invalid device function\n")
+    nccl = ("RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1269, internal error, NCCL version 2.14.3\n"
+            "ncclInternalError: Internal check failed.\n")
+    assert "NC003" in _rules(nccl)
+    assert {"CFG022"} <= _rules(nccl + "Cuda failure 'API call is not supported in the installed CUDA driver'\n") \
+        and "NC003" not in _rules(nccl + "Cuda failure 'API call is not supported in the installed CUDA driver'\n")
+    # DL024 from printed zero counts, not while steps run
+    assert "DL024" in _rules("  Num examples = 0\n")
+    steps = "".join(f"{{'loss': 2.{i}, 'grad_norm': 1.0, 'learning_rate': 1e-05, 'epoch': 0.{i}}}\n" for i in range(1, 6))
+    assert "DL024" not in _rules("  Num examples = 0\n" + steps)
+    # CFG029 from a schedule's own announcement; an ordinary rate is not
+    assert "CFG029" in _rules("Adjusting learning rate of group 0 to 1.0000e-24.\n")
+    assert "CFG029" not in _rules("Adjusting learning rate of group 0 to 1.0000e-04.\n")
+    # DL012 from AverageMeter's running averages where the printed instants hide the wait
+    rows = "".join(f"Epoch: [1][{i * 128}/10010]\tTime 0.427 (2.5{i})\tData 0.000 (2.1{i})\tLoss 13.2 (13.5)\n"
+                   for i in range(1, 9))
+    assert "DL012" in _rules(rows)
+    assert "DL012" not in _rules(rows.replace("Data 0.000 (2.1", "Data 0.000 (0.0"))

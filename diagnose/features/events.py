@@ -225,18 +225,16 @@ def _cut_lean(ctx: Ctx):
                            explain="the traceback is cut inside a collective (broadcast, all-reduce, barrier) between "
                                    "the ranks")
             return probe, lean, probe, ev
-    prep = [r for r in ctx.run.preprocess if isinstance(r.get("line"), int) and r["line"] < ev.line]
     steps_before = len(ctx.run.steps) and bool((ctx.run.steps["line"] < ev.line).any())
     # a row error the preprocessor reported and handled ('There are errors in the dataset, the data will be deleted':
     # ms-swift logs the row's traceback and drops the row) is not a crash of the pass
     handled = any(e.line <= ev.line for e in _events(ctx, "dataset_error"))
-    if prep and not steps_before and not handled and prep[-1].get("total") and 0 < prep[-1]["done"] < prep[-1]["total"]:
+    prep = "" if steps_before or handled else ctx.run.unfinished_preprocess(before=ev.line, started=True)
+    if prep:
         # nothing in the frames, but the text was in the middle of a preprocessing pass when the traceback began
-        r = prep[-1]
         probe = TypedException("", "", None, None, ev.line, stack=stack)
         lean = Meaning(id="cut_in_preprocessing", category="data_loading", confidence="weak",
-                       explain=f"the traceback is cut, and it began while the dataset was being preprocessed "
-                               f"({r.get('what') or 'a preprocessing pass'} at {r['done']}/{r['total']})")
+                       explain=f"the traceback is cut, and it began while the dataset was being preprocessed ({prep})")
         return probe, lean, probe, ev
     return None
 
@@ -375,19 +373,13 @@ def _oom_others(ctx: Ctx):
 
 @feature("oom_other_procs_gib", "GiB", "Memory other processes held on the GPU when a CUDA OOM struck.", FAMILY)
 def _oom_others_gib(ctx: Ctx):
-    for e in _events(ctx, "cuda_oom"):
-        if e.detail.get("others_gib") is not None:
-            return e.detail["others_gib"], [_ref(e)]
-    return None
+    return _first_detail(ctx, "cuda_oom", "others_gib")
 
 
 @feature("oom_self_gib", "GiB", "Memory the failing process itself held (torch's 'this process has X memory in use').",
          FAMILY)
 def _oom_self(ctx: Ctx):
-    for e in _events(ctx, "cuda_oom"):
-        if e.detail.get("self_gib") is not None:
-            return e.detail["self_gib"], [_ref(e)]
-    return None
+    return _first_detail(ctx, "cuda_oom", "self_gib")
 
 
 @feature("oom_tried_gib", "GiB", "Allocation that failed in the first CUDA OOM ('Tried to allocate X').", FAMILY)
@@ -446,6 +438,9 @@ def _oom_after(ctx: Ctx):
     return (st, [_ref(evs[0])]) if st is not None else None
 
 
+_NODE_LOST = "a node of the job lost (Ray marked it dead: missed heartbeats)"  # stop_signal's value for a lost node
+
+
 @feature("stop_signal", "text", "Signal that ended the run (SIGTERM, SIGHUP, SIGINT, SIGKILL) when the logs say so.", FAMILY)
 def _sig(ctx: Ctx):
     closing = {(e.file, e.line) for e in _events(ctx, "closing_signal")}
@@ -457,7 +452,7 @@ def _sig(ctx: Ctx):
             continue  # torchrun's table: a rank it stopped itself (its 'closing signal') after another rank failed
         name = e.detail.get("name") or {1: "SIGHUP", 2: "SIGINT", 9: "SIGKILL", 15: "SIGTERM"}.get(e.detail.get("signal"))
         if name is None and "marked dead" in e.text:
-            name = "a node of the job lost (Ray marked it dead: missed heartbeats)"
+            name = _NODE_LOST
         return (name or "signal"), [_ref(e)]
     # torchrun's agent stops its workers with SIGTERM after one failed (LocalElasticAgent._shutdown's default); it
     # sends any other signal only when it received that one itself (agent/server/api.py: 'Received %s death signal',
@@ -475,7 +470,7 @@ def _node_lost(ctx: Ctx):
     sig = _sig(ctx)
     if sig is None:
         return None
-    return sig[0].startswith("a node of the job lost"), sig[1]
+    return sig[0] == _NODE_LOST, sig[1]
 
 
 @feature("run_ended", "bool", "The run finished: the final summary dict or 'End time of running main' was printed.", FAMILY)

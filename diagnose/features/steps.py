@@ -448,7 +448,7 @@ def _dts(ctx: Ctx):
          "began, the stalls between two printed rows included).", FAMILY)
 def _dtas(ctx: Ctx):
     a = ctx.run.data_time_avg
-    if not a or not a["time_s"] or a["time_s"] <= 0:
+    if not a or not a["time_s"] > 0:
         return None
     return min(1.0, a["data_time_s"] / a["time_s"]), [a["line"]]
 

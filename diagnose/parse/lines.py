@@ -372,7 +372,7 @@ class InfoScanner:
             for name, needles in _TRAINER_HINTS:
                 if any(n in s for n in needles):
                     self.trainer_hints[name] = self.trainer_hints.get(name, 0) + 1
-        if "(inf)" in s or "(nan)" in s or "(-inf)" in s:
+        if "inf)" in s or "nan)" in s:  # '(inf)', '(-inf)', '(nan)': the regex below decides
             # a loss only: a grad norm's average goes inf under fp16 loss scaling (skipped steps), which is normal
             avg = {f"{k} (running average)": x for k, x in _NONFINITE_AVG.findall(s) if "loss" in k.lower()}
             if avg:
