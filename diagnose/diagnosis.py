@@ -148,19 +148,23 @@ def build_diagnosis(findings: list[Finding], skipped: list[Skipped], features: F
     findings = in_trainer_dialect(resolve_findings(findings, features), run.trainer)
     ranked = sorted(findings, key=lambda f: (-_SEV[f.severity], -f.priority, f.rule))
     serious = [f for f in ranked if f.severity in ("error", "warning")]
+
+    def lead(f: Finding) -> None:
+        nonlocal serious, ranked
+        serious = [f] + [x for x in serious if x is not f]
+        ranked = [f] + [x for x in ranked if x is not f]
+
     if serious and serious[0].defers:
         # a finding that names no category (a traceback cut before its exception line says only that something was
         # raised) steps back behind one that says what (fp16 overflows down to the floor, a shell 'Killed', a stall)
         known = next((f for f in serious[1:] if f.category not in ("unknown", "healthy")), None)
         if known is not None:
-            serious = [known] + [f for f in serious if f is not known]
-            ranked = [known] + [f for f in ranked if f is not known]
+            lead(known)
     if serious and serious[0].confidence == "weak":
         # a weak lean (a cut traceback's frames) leads only where nothing surer says the same category
         surer = next((f for f in serious[1:] if f.category == serious[0].category and f.confidence != "weak"), None)
         if surer is not None:
-            serious = [surer] + [f for f in serious if f is not surer]
-            ranked = [surer] + [f for f in ranked if f is not surer]
+            lead(surer)
     feats = features.values
     if serious:
         p = serious[0]

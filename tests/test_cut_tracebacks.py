@@ -71,3 +71,12 @@ def test_spawn_report_then_the_workers_cut_traceback():
             "  File \"/env/torch/utils/data/dataloader.py\", line 990, in _try_get_data\n"
             "    data = self._data_queue.get(timeout=timeout)\n")
     assert _primary(text)[0] == "data_loading"
+
+
+def test_a_weak_lean_never_leads_over_a_surer_finding_of_its_category():
+    bar = ("Running tokenizer on dataset:  38%|███▊      | 32066/85249 [32:12<53:25, 16.59ba/s]\n"
+           "Running tokenizer on dataset:  38%|███▊      | 32068/85249 [32:13<53:59, 16.42ba/s]")
+    d = analyze_run(parse_text(bar + "Traceback (most recent call last):\n  File \""))
+    weak = [f for f in d.findings if f.category == "data_loading" and f.confidence == "weak"]
+    assert weak, [f.rule for f in d.findings]  # the cut traceback's lean is there ...
+    assert d.primary.category == "data_loading" and d.primary.confidence != "weak"  # ... but the surer finding leads

@@ -70,6 +70,7 @@ _PREPROCESS_BAR = re.compile(r"^(?:Map|Filter|Running tokenizer|Tokeniz|Generati
                              r"|Loading (?:dataset|data(?! ?loader))|Shuffling|Sorting (?:dataset|data|by length))", re.I)
 _LR_ANNOUNCE = re.compile(r"(?:Adjusting learning rate of group \d+ to|Updating learning rate to|[Ll]earning rate "
                           r"(?:set|decayed) to)\s*([0-9]+(?:\.[0-9]*)?(?:[eE][-+]?\d+)?)")
+_NUM_PROC = re.compile(r"\s*\(num_proc=\d+\)")  # datasets' '(num_proc=N)' in a pass's name
 # a bar cut right after its percentage: '{desc}: {pct}%|' and the bar's blocks, nothing after
 _PCT_ONLY_BAR = re.compile(r"^(?P<desc>[A-Za-z][^|\r%]{0,120}?):?\s*(?P<pct>\d{1,3})%\|[^|]{0,200}$")
 # DeepSpeed ('Attempted loss scale: 8.0, reducing to 4.0', fused_optimizer 'Reducing dynamic loss scale from 8.0 to
@@ -275,8 +276,8 @@ RECOGNISERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     # a schedule announcing the learning rate it set: torch/optim/lr_scheduler.py print_lr with verbose=True
     # ('Adjusting learning rate of group 0 to 1.0000e-03.'), training scripts' adjust_learning_rate ('Updating
     # learning rate to 1.68e-24', Time-Series-Library utils/tools.py); read, never claimed (the line goes on)
-    ("lr_announce", ("Adjusting learning rate of group", "Updating learning rate to", "learning rate set to",
-                     "learning rate decayed to"), "_lr_announce"),
+    ("lr_announce", ("Adjusting learning rate of group", "Updating learning rate to", "earning rate set to",
+                     "earning rate decayed to"), "_lr_announce"),
     ("checkpoint", ("Saving model checkpoint to ", "last_model_checkpoint: "), "_checkpoint"),
     ("deepspeed_config", ("Using deepspeed: ",), "_deepspeed"),
     ("megatron_row", ("iteration",), "_megatron_line"),
@@ -955,7 +956,7 @@ class InfoScanner:
                 np_ = re.search(r"num_proc=(\d+)", desc)
                 per_s = _per_s(rate, unit)
                 self.map_rates.append({
-                    "what": re.sub(r"\s*\(num_proc=\d+\)", "", desc), "num_proc": int(np_.group(1)) if np_ else 1,
+                    "what": _NUM_PROC.sub("", desc), "num_proc": int(np_.group(1)) if np_ else 1,
                     "done": done, "total": total, "rate_per_s": per_s, "unit": unit, "line": lineno,
                     "elapsed_s": _clock_s(m.group("elapsed")), "remaining_s": _clock_s(m.group("remaining")),
                 })
@@ -977,7 +978,7 @@ class InfoScanner:
         if cut and _PREPROCESS_BAR.match(cut.group("desc")):
             # a preprocessing bar the paste cut after its percentage ('Running tokenizer on dataset (num_proc=64):
             # 73%|█████'): how far the pass got, no counts
-            self.run.preprocess_cut = {"what": re.sub(r"\s*\(num_proc=\d+\)", "", cut.group("desc")),
+            self.run.preprocess_cut = {"what": _NUM_PROC.sub("", cut.group("desc")),
                                        "pct": int(cut.group("pct")), "line": lineno}
             return True
         return False
